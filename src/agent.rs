@@ -1,0 +1,177 @@
+//! The agent: wires the stages together (sample -> signal -> snapshot -> export) and runs the
+//! tick loop. `Agent::tick` is synchronous so tests drive it directly.
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::discover::names::NameSource;
+use crate::discover::{CgroupLayout, Discovery, DiscoveryConfig};
+use crate::export::metrics::{self, SharedSnapshot};
+use crate::export::server::{self, Endpoints};
+use crate::sample::logs::LogTailer;
+use crate::sample::memory::MemoryReader;
+use crate::sample::procs::ProcTable;
+use crate::sample::selfstat::SelfReader;
+use crate::sample::Samplers;
+use crate::signal::Tracker;
+use crate::snapshot::{AgentStats, Snapshot};
+use std::sync::{Arc, RwLock};
+use std::time::UNIX_EPOCH;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(
+        "no cgroup hierarchy found under {0} (expected cgroup.controllers or v1 controller mounts)"
+    )]
+    NoCgroups(std::path::PathBuf),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+pub struct Agent {
+    clock: Arc<dyn Clock>,
+    config: Config,
+    layout: CgroupLayout,
+    samplers: Samplers,
+    tracker: Tracker,
+    selfstat: SelfReader,
+    node: String,
+    ticks: u64,
+    started: f64,
+}
+
+impl Agent {
+    pub fn new(config: Config, clock: Arc<dyn Clock>) -> Result<Agent, AgentError> {
+        let layout = CgroupLayout::detect(&config.paths.cgroup)
+            .ok_or_else(|| AgentError::NoCgroups(config.paths.cgroup.clone()))?;
+        let p = &config.paths;
+        let discovery = Discovery::new(
+            &layout,
+            p.proc.clone(),
+            NameSource::new(p.pod_logs.clone(), p.container_logs.clone()),
+            DiscoveryConfig {
+                scopes: config.discovery.scopes.clone(),
+                host_workloads: config.discovery.host_workloads,
+            },
+        );
+        let s = &config.samplers;
+        let samplers = Samplers::new(
+            clock.clone(),
+            layout.clone(),
+            discovery,
+            s.memory
+                .enabled
+                .then(|| MemoryReader::new(layout.primary(), layout.memory_is_v2())),
+            s.processes.enabled.then(|| ProcTable::new(p.proc.clone())),
+            s.logs
+                .enabled
+                .then(|| LogTailer::new(p.pod_logs.clone(), s.logs.max_bytes_per_tick)),
+        );
+        let node = if config.node_name.is_empty() {
+            std::env::var("NODE_NAME").unwrap_or_default()
+        } else {
+            config.node_name.clone()
+        };
+        let started = unix_seconds(clock.as_ref());
+        Ok(Agent {
+            selfstat: SelfReader::new(p.proc.clone()),
+            clock,
+            config,
+            layout,
+            samplers,
+            tracker: Tracker::new(),
+            node,
+            ticks: 0,
+            started,
+        })
+    }
+
+    pub fn layout(&self) -> &CgroupLayout {
+        &self.layout
+    }
+
+    /// One full pass: sample every enabled source, derive signals, build the snapshot.
+    pub fn tick(&mut self) -> Snapshot {
+        let t0 = self.clock.now();
+        let raw = self.samplers.sample();
+        let now = self.clock.now();
+        let (workloads, pods) = self.tracker.update(now, &raw);
+        self.ticks += 1;
+        let own = self.selfstat.read().ok().flatten().unwrap_or_default();
+        let end = self.clock.now();
+        Snapshot {
+            timestamp: unix_seconds(self.clock.as_ref()),
+            node: self.node.clone(),
+            cgroup_layout: self.layout.name().to_owned(),
+            workloads,
+            pods,
+            samplers: self
+                .samplers
+                .health
+                .iter()
+                .map(|h| h.status(end, self.config.interval))
+                .collect(),
+            agent: AgentStats {
+                ticks_total: self.ticks,
+                tick_duration_seconds: end.saturating_duration_since(t0).as_secs_f64(),
+                resident_memory_bytes: own.rss_bytes,
+                cpu_seconds_total: own.cpu_seconds,
+                open_fds: own.open_fds,
+                start_time_seconds: self.started,
+            },
+        }
+    }
+}
+
+fn unix_seconds(clock: &dyn Clock) -> f64 {
+    clock
+        .wall()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let interval = config.interval;
+    let listen = config.listen;
+    let mut agent = Agent::new(config, clock)?;
+    tracing::info!(layout = agent.layout().name(), listen = %listen, interval = ?interval, "nodeguard starting");
+
+    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
+    let endpoints = Endpoints {
+        shared: shared.clone(),
+        registry: Arc::new(metrics::registry(shared.clone())),
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|source| AgentError::Listen {
+            addr: listen,
+            source,
+        })?;
+    tokio::spawn(server::serve(listener, endpoints));
+
+    let mut ticker = tokio::time::interval(interval);
+    // A slow tick delays the next one instead of stacking up behind it.
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                // Kernel reads block: run them off the async runtime, one tick at a time.
+                let (a, snap) = tokio::task::spawn_blocking(move || {
+                    let snap = agent.tick();
+                    (agent, snap)
+                }).await?;
+                agent = a;
+                *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
+            }
+            _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
+            _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: stopping"); break; }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,324 @@
+//! Configuration: YAML -> typed sections -> validated `Config`. Every problem is reported with its
+//! field path, all in one run; only `main` turns them into an exit code.
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The commented example shipped with the agent; `nodeguard` with no `--config` runs on it.
+pub const DEFAULT_YAML: &str = include_str!("../../config/nodeguard.yaml");
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub path: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<FieldError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} configuration error(s):", self.0.len())?;
+        for e in &self.0 {
+            writeln!(f, "  {}: {}", e.path, e.message)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Paths {
+    pub proc: PathBuf,
+    pub cgroup: PathBuf,
+    pub pod_logs: PathBuf,
+    pub container_logs: PathBuf,
+}
+
+impl Default for Paths {
+    fn default() -> Self {
+        Paths {
+            proc: "/proc".into(),
+            cgroup: "/sys/fs/cgroup".into(),
+            pod_logs: "/var/log/pods".into(),
+            container_logs: "/var/log/containers".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Discovery {
+    pub scopes: Vec<String>,
+    pub host_workloads: bool,
+}
+
+impl Default for Discovery {
+    fn default() -> Self {
+        Discovery {
+            scopes: vec!["/".into()],
+            host_workloads: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Toggle {
+    pub enabled: bool,
+}
+
+impl Default for Toggle {
+    fn default() -> Self {
+        Toggle { enabled: true }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogsSampler {
+    pub enabled: bool,
+    /// Upper bound of log bytes read in one tick; the rest is read at the next ticks.
+    pub max_bytes_per_tick: u64,
+}
+
+impl Default for LogsSampler {
+    fn default() -> Self {
+        LogsSampler {
+            enabled: true,
+            max_bytes_per_tick: 256 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Samplers {
+    pub memory: Toggle,
+    pub processes: Toggle,
+    pub logs: LogsSampler,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub interval: Duration,
+    /// Empty: taken from `$NODE_NAME` at start, else no `node` label.
+    pub node_name: String,
+    pub paths: Paths,
+    pub discovery: Discovery,
+    pub samplers: Samplers,
+}
+
+/// Top-level keys and how to read each; unknown keys are errors too.
+const SECTIONS: &[&str] = &[
+    "listen",
+    "interval",
+    "node_name",
+    "paths",
+    "discovery",
+    "samplers",
+];
+
+impl Config {
+    pub fn default_config() -> Result<Config, ConfigErrors> {
+        Config::from_yaml(DEFAULT_YAML)
+    }
+
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigErrors> {
+        let mut errs = Vec::new();
+        let root: serde_yaml::Value = match serde_yaml::from_str(text) {
+            Ok(serde_yaml::Value::Null) => serde_yaml::Value::Mapping(Default::default()),
+            Ok(v) => v,
+            Err(e) => {
+                return Err(ConfigErrors(vec![FieldError {
+                    path: "(document)".into(),
+                    message: e.to_string(),
+                }]))
+            }
+        };
+        let Some(map) = root.as_mapping() else {
+            return Err(ConfigErrors(vec![FieldError {
+                path: "(document)".into(),
+                message: "expected a mapping of sections".into(),
+            }]));
+        };
+        for key in map.keys() {
+            match key.as_str() {
+                Some(k) if SECTIONS.contains(&k) => {}
+                _ => errs.push(FieldError {
+                    path: format!("{}", yaml_key(key)),
+                    message: format!("unknown field, expected one of: {}", SECTIONS.join(", ")),
+                }),
+            }
+        }
+        let listen: String =
+            section(map, "listen", &mut errs).unwrap_or_else(|| "0.0.0.0:9913".into());
+        let interval: Option<HumanDuration> = section(map, "interval", &mut errs);
+        let node_name: String = section(map, "node_name", &mut errs).unwrap_or_default();
+        let paths: Paths = section(map, "paths", &mut errs).unwrap_or_default();
+        let discovery: Discovery = section(map, "discovery", &mut errs).unwrap_or_default();
+        let samplers: Samplers = section(map, "samplers", &mut errs).unwrap_or_default();
+
+        let listen = match listen.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(e) => {
+                errs.push(FieldError {
+                    path: "listen".into(),
+                    message: format!("{listen:?} is not host:port ({e})"),
+                });
+                None
+            }
+        };
+        let interval = interval.map(|d| d.0).unwrap_or(Duration::from_secs(5));
+        if interval < Duration::from_millis(100) || interval > Duration::from_secs(3600) {
+            errs.push(FieldError {
+                path: "interval".into(),
+                message: format!("{interval:?} is outside 100ms..1h"),
+            });
+        }
+        for (name, p) in [
+            ("paths.proc", &paths.proc),
+            ("paths.cgroup", &paths.cgroup),
+            ("paths.pod_logs", &paths.pod_logs),
+            ("paths.container_logs", &paths.container_logs),
+        ] {
+            if !p.is_absolute() {
+                errs.push(FieldError {
+                    path: name.into(),
+                    message: format!("{} must be an absolute path", p.display()),
+                });
+            }
+        }
+        if discovery.scopes.is_empty() {
+            errs.push(FieldError {
+                path: "discovery.scopes".into(),
+                message: "needs at least one cgroup path (\"/\" for the whole tree)".into(),
+            });
+        }
+        for (i, s) in discovery.scopes.iter().enumerate() {
+            if !s.starts_with('/') || s.split('/').any(|c| c == "..") {
+                errs.push(FieldError {
+                    path: format!("discovery.scopes[{i}]"),
+                    message: format!("{s:?} must be an absolute cgroup path without '..'"),
+                });
+            }
+        }
+        if samplers.logs.max_bytes_per_tick == 0 {
+            errs.push(FieldError {
+                path: "samplers.logs.max_bytes_per_tick".into(),
+                message: "must be greater than 0".into(),
+            });
+        }
+        match (errs.is_empty(), listen) {
+            (true, Some(listen)) => Ok(Config {
+                listen,
+                interval,
+                node_name,
+                paths,
+                discovery,
+                samplers,
+            }),
+            _ => Err(ConfigErrors(errs)),
+        }
+    }
+}
+
+fn yaml_key(k: &serde_yaml::Value) -> String {
+    match k {
+        serde_yaml::Value::String(s) => s.clone(),
+        other => serde_yaml::to_string(other)
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+    }
+}
+
+/// Deserializes one section, recording a type error with its full field path.
+fn section<T: DeserializeOwned>(
+    map: &serde_yaml::Mapping,
+    key: &str,
+    errs: &mut Vec<FieldError>,
+) -> Option<T> {
+    let v = map.get(key)?;
+    match serde_path_to_error::deserialize::<_, T>(v.clone()) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            let inner = e.path().to_string();
+            let path = if inner == "." || inner.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{key}.{inner}")
+            };
+            errs.push(FieldError {
+                path,
+                message: e.into_inner().to_string(),
+            });
+            None
+        }
+    }
+}
+
+/// `5s`, `1m30s`, `250ms`.
+#[derive(Debug, Clone, Copy)]
+struct HumanDuration(Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        humantime_serde::deserialize(d).map(HumanDuration)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_example_is_the_default() {
+        let c = Config::default_config().unwrap();
+        assert_eq!(c.listen, "0.0.0.0:9913".parse().unwrap());
+        assert_eq!(c.interval, Duration::from_secs(5));
+        assert_eq!(c.paths, Paths::default());
+        assert_eq!(c.discovery, Discovery::default());
+        assert_eq!(c.samplers, Samplers::default());
+        assert_eq!(Config::from_yaml("").unwrap(), c);
+    }
+
+    #[test]
+    fn every_bad_field_is_named_at_once() {
+        let text = "listen: nowhere\ninterval: 5 parsecs\npaths:\n  proc: relative/proc\n  cgroups: /x\nsamplers:\n  logs:\n    max_bytes_per_tick: 0\ndiscovery:\n  scopes: [\"a\"]\nbogus: 1\n";
+        let errs = Config::from_yaml(text).unwrap_err().0;
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        assert!(paths.contains(&"bogus"), "{paths:?}");
+        assert!(paths.contains(&"interval"), "{paths:?}");
+        assert!(paths.contains(&"paths"), "{paths:?}");
+        assert!(paths.contains(&"listen"), "{paths:?}");
+        assert!(
+            paths.contains(&"samplers.logs.max_bytes_per_tick"),
+            "{paths:?}"
+        );
+        assert!(paths.contains(&"discovery.scopes[0]"), "{paths:?}");
+        let unknown = errs.iter().find(|e| e.path == "paths").unwrap();
+        assert!(unknown.message.contains("cgroups"), "{}", unknown.message);
+    }
+
+    #[test]
+    fn type_errors_carry_the_nested_path() {
+        let errs = Config::from_yaml("samplers:\n  memory:\n    enabled: maybe\n")
+            .unwrap_err()
+            .0;
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].path, "samplers.memory.enabled");
+    }
+
+    #[test]
+    fn syntax_errors_are_reported() {
+        let errs = Config::from_yaml("listen: [\n").unwrap_err().0;
+        assert_eq!(errs[0].path, "(document)");
+    }
+}

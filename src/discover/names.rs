@@ -1,0 +1,154 @@
+//! Names for kubelet cgroups without an API server: the pod log tree and the container log links.
+//!
+//! `/var/log/pods/<namespace>_<pod>_<uid>/` gives a pod uid its namespace and name;
+//! `/var/log/containers/<pod>_<namespace>_<container>-<id>.log` gives a container id its name.
+
+use crate::error::ReadError;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodName {
+    pub namespace: String,
+    pub pod: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerName {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+}
+
+/// Pure: `<namespace>_<pod>_<uid>` (names are DNS-1123, so `_` only separates).
+pub fn parse_pod_dir(name: &str) -> Option<(PodName, &str)> {
+    let mut it = name.splitn(3, '_');
+    let (ns, pod, uid) = (it.next()?, it.next()?, it.next()?);
+    if ns.is_empty() || pod.is_empty() || uid.is_empty() || uid.contains('_') {
+        return None;
+    }
+    Some((
+        PodName {
+            namespace: ns.to_owned(),
+            pod: pod.to_owned(),
+        },
+        uid,
+    ))
+}
+
+/// Pure: `<pod>_<namespace>_<container>-<id>.log` -> (name, id).
+pub fn parse_container_link(name: &str) -> Option<(ContainerName, &str)> {
+    let stem = name.strip_suffix(".log")?;
+    let (rest, id) = stem.rsplit_once('-')?;
+    let mut it = rest.splitn(3, '_');
+    let (pod, ns, container) = (it.next()?, it.next()?, it.next()?);
+    if [pod, ns, container, id].iter().any(|s| s.is_empty()) || container.contains('_') {
+        return None;
+    }
+    Some((
+        ContainerName {
+            namespace: ns.to_owned(),
+            pod: pod.to_owned(),
+            container: container.to_owned(),
+        },
+        id,
+    ))
+}
+
+/// The name index, rebuilt each tick from two directory listings (no file is opened).
+#[derive(Debug, Default)]
+pub struct NameIndex {
+    pub pods: HashMap<String, PodName>,
+    pub containers: HashMap<String, ContainerName>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NameSource {
+    pod_logs: PathBuf,
+    container_logs: PathBuf,
+}
+
+impl NameSource {
+    pub fn new(pod_logs: PathBuf, container_logs: PathBuf) -> Self {
+        NameSource {
+            pod_logs,
+            container_logs,
+        }
+    }
+
+    pub fn load(&self) -> Result<NameIndex, ReadError> {
+        let mut index = NameIndex::default();
+        for name in list_dir(&self.pod_logs)? {
+            if let Some((pod, uid)) = parse_pod_dir(&name) {
+                index.pods.insert(uid.to_owned(), pod);
+            }
+        }
+        for name in list_dir(&self.container_logs)? {
+            if let Some((c, id)) = parse_container_link(&name) {
+                index.containers.insert(id.to_owned(), c);
+            }
+        }
+        Ok(index)
+    }
+}
+
+/// Entry names of a directory; a missing directory is empty (a host without Kubernetes).
+fn list_dir(dir: &Path) -> Result<Vec<String>, ReadError> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if crate::fsio::is_gone(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(ReadError::io(dir, e)),
+    };
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| ReadError::io(dir, e))?;
+        if let Some(name) = entry.file_name().to_str() {
+            out.push(name.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_dir_names() {
+        let (p, uid) =
+            parse_pod_dir("feeds_backend-7d9f8-x2k4q_0c1d2e3f-aaaa-bbbb-cccc-1234567890ab")
+                .unwrap();
+        assert_eq!(p.namespace, "feeds");
+        assert_eq!(p.pod, "backend-7d9f8-x2k4q");
+        assert_eq!(uid, "0c1d2e3f-aaaa-bbbb-cccc-1234567890ab");
+        assert_eq!(parse_pod_dir("no-underscores"), None);
+        assert_eq!(parse_pod_dir("a_b_c_d"), None);
+        assert_eq!(parse_pod_dir("_b_c"), None);
+    }
+
+    #[test]
+    fn container_link_names() {
+        let (c, id) =
+            parse_container_link("backend-7d9f8-x2k4q_feeds_api-server-0123456789abcdef.log")
+                .unwrap();
+        assert_eq!(
+            c,
+            ContainerName {
+                namespace: "feeds".into(),
+                pod: "backend-7d9f8-x2k4q".into(),
+                container: "api-server".into()
+            }
+        );
+        assert_eq!(id, "0123456789abcdef");
+        assert_eq!(parse_container_link("pod_ns_c-id.txt"), None);
+        assert_eq!(parse_container_link("pod_ns-id.log"), None);
+        assert_eq!(parse_container_link("pod_ns_c-.log"), None);
+    }
+
+    #[test]
+    fn missing_dirs_are_empty() {
+        let src = NameSource::new("/nonexistent/a".into(), "/nonexistent/b".into());
+        let idx = src.load().unwrap();
+        assert!(idx.pods.is_empty() && idx.containers.is_empty());
+    }
+}

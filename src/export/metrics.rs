@@ -1,0 +1,340 @@
+//! Prometheus exposition of the last snapshot through a prometheus-client `Collector`: series
+//! exist only for what the snapshot holds, so vanished containers disappear with their cgroups.
+
+use crate::snapshot::{Snapshot, WorkloadSignals};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::fmt::Error;
+use std::sync::{Arc, RwLock};
+
+/// The snapshot shared between the tick loop (writer) and scrapes (readers).
+pub type SharedSnapshot = Arc<RwLock<Arc<Snapshot>>>;
+
+pub fn latest(shared: &SharedSnapshot) -> Arc<Snapshot> {
+    shared.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Builds the registry: every metric comes from the snapshot collector under `nodeguard_`.
+pub fn registry(shared: SharedSnapshot) -> Registry {
+    let mut r = Registry::with_prefix("nodeguard");
+    r.register_collector(Box::new(SnapshotCollector { shared }));
+    r
+}
+
+pub fn render(registry: &Registry) -> Result<String, Error> {
+    let mut out = String::with_capacity(64 * 1024);
+    prometheus_client::encoding::text::encode(&mut out, registry)?;
+    Ok(out)
+}
+
+#[derive(Debug)]
+struct SnapshotCollector {
+    shared: SharedSnapshot,
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+fn container_labels(snap: &Snapshot, w: &WorkloadSignals) -> Labels {
+    let mut l = vec![
+        ("namespace", w.id.namespace.clone()),
+        ("pod", w.id.pod.clone()),
+        ("container", w.id.container.clone()),
+    ];
+    if !snap.node.is_empty() {
+        l.push(("node", snap.node.clone()));
+    }
+    l
+}
+
+fn with(mut l: Labels, k: &'static str, v: impl Into<String>) -> Labels {
+    l.push((k, v.into()));
+    l
+}
+
+/// One metric family: a descriptor, then one sample per label set.
+fn family<V>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    ty: MetricType,
+    rows: impl IntoIterator<Item = (Labels, V)>,
+) -> Result<(), Error>
+where
+    ConstGauge<V>: EncodeMetric,
+    ConstCounter<V>: EncodeMetric,
+{
+    let mut m = enc.encode_descriptor(name, help, None, ty)?;
+    let mut rows = rows.into_iter().peekable();
+    while let Some((labels, v)) = rows.next() {
+        // A node-level series without labels is written bare, not as `name{}`.
+        if labels.is_empty() && rows.peek().is_none() {
+            return encode_value(ty, v, m);
+        }
+        encode_value(ty, v, m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn encode_value<V>(ty: MetricType, v: V, m: MetricEncoder) -> Result<(), Error>
+where
+    ConstGauge<V>: EncodeMetric,
+    ConstCounter<V>: EncodeMetric,
+{
+    match ty {
+        MetricType::Counter => ConstCounter::new(v).encode(m),
+        _ => ConstGauge::new(v).encode(m),
+    }
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), Error> {
+        let s = latest(&self.shared);
+        let ws = &s.workloads;
+        let l = |w: &WorkloadSignals| container_labels(&s, w);
+        let node: Labels = if s.node.is_empty() {
+            vec![]
+        } else {
+            vec![("node", s.node.clone())]
+        };
+        use MetricType::{Counter, Gauge};
+
+        family(
+            &mut enc,
+            "container_memory_working_set_bytes",
+            "Memory usage minus inactive file cache (cAdvisor's working set).",
+            Gauge,
+            ws.iter()
+                .filter_map(|w| Some((l(w), w.memory?.value.working_set_bytes))),
+        )?;
+        family(
+            &mut enc,
+            "container_memory_usage_bytes",
+            "Memory charged to the cgroup, page cache included.",
+            Gauge,
+            ws.iter()
+                .filter_map(|w| Some((l(w), w.memory?.value.usage_bytes))),
+        )?;
+        family(
+            &mut enc,
+            "container_memory_limit_bytes",
+            "Memory limit of the cgroup; no series when unlimited.",
+            Gauge,
+            ws.iter()
+                .filter_map(|w| Some((l(w), w.memory?.value.limit_bytes?))),
+        )?;
+        family(
+            &mut enc,
+            "container_oom_kills",
+            "OOM kills in the workload, kept across container restarts.",
+            Counter,
+            ws.iter()
+                .filter(|w| w.cgroup.is_some() || w.oom_kills_total > 0)
+                .map(|w| (l(w), w.oom_kills_total)),
+        )?;
+        family(
+            &mut enc,
+            "container_processes",
+            "Processes in the workload's cgroup(s).",
+            Gauge,
+            ws.iter().filter_map(|w| Some((l(w), w.processes?.value))),
+        )?;
+        family(
+            &mut enc,
+            "container_zombies",
+            "Zombie processes whose parent is in the workload.",
+            Gauge,
+            ws.iter().filter_map(|w| Some((l(w), w.zombies?.value))),
+        )?;
+        family(
+            &mut enc,
+            "container_zombie_parent_zombies",
+            "Zombies held by one parent that does not reap them.",
+            Gauge,
+            ws.iter().flat_map(|w| {
+                w.zombie_parents.iter().map(move |p| {
+                    (
+                        with(
+                            with(l(w), "parent_pid", p.pid.to_string()),
+                            "parent_comm",
+                            p.comm.clone(),
+                        ),
+                        p.zombies,
+                    )
+                })
+            }),
+        )?;
+        family(
+            &mut enc,
+            "container_log_lines",
+            "Log lines written by the container, by stream, from the CRI log files.",
+            Counter,
+            ws.iter().filter(|w| w.pod_uid.is_some()).flat_map(|w| {
+                [
+                    (with(l(w), "stream", "stdout"), w.log_lines_total.stdout),
+                    (with(l(w), "stream", "stderr"), w.log_lines_total.stderr),
+                ]
+            }),
+        )?;
+        family(
+            &mut enc,
+            "container_log_lines_per_minute",
+            "Log lines written in the trailing 60 seconds, by stream.",
+            Gauge,
+            ws.iter().filter(|w| w.pod_uid.is_some()).flat_map(|w| {
+                [
+                    (
+                        with(l(w), "stream", "stdout"),
+                        w.log_lines_per_minute.stdout,
+                    ),
+                    (
+                        with(l(w), "stream", "stderr"),
+                        w.log_lines_per_minute.stderr,
+                    ),
+                ]
+            }),
+        )?;
+        family(
+            &mut enc,
+            "container_restarts",
+            "Container restarts seen from new container ids and kubelet log numbers.",
+            Counter,
+            ws.iter()
+                .filter(|w| w.kind == "container")
+                .map(|w| (l(w), w.restarts_total)),
+        )?;
+        family(
+            &mut enc,
+            "container_signal_stale",
+            "1 when the signal's last read failed and the exported value is the last good one.",
+            Gauge,
+            ws.iter().flat_map(|w| {
+                let mut v = Vec::new();
+                if w.memory.is_some_and(|m| m.stale) {
+                    v.push((with(l(w), "signal", "memory"), 1u64));
+                }
+                if w.processes.is_some_and(|m| m.stale) {
+                    v.push((with(l(w), "signal", "processes"), 1u64));
+                }
+                v
+            }),
+        )?;
+        family(
+            &mut enc,
+            "pod_oom_kills",
+            "OOM kills in the pod cgroup, counted hierarchically (v2 only).",
+            Counter,
+            s.pods.iter().filter_map(|p| {
+                let mut lb = vec![("namespace", p.namespace.clone()), ("pod", p.pod.clone())];
+                lb.extend(node.iter().cloned());
+                Some((lb, p.oom_kills_total?))
+            }),
+        )?;
+        family(
+            &mut enc,
+            "workloads",
+            "Workloads discovered, by kind.",
+            Gauge,
+            ["container", "unit"].iter().map(|k| {
+                (
+                    with(node.clone(), "kind", *k),
+                    ws.iter()
+                        .filter(|w| w.kind == *k && w.cgroup.is_some())
+                        .count() as u64,
+                )
+            }),
+        )?;
+        family(
+            &mut enc,
+            "sampler_duration_seconds",
+            "Duration of the sampler's last pass.",
+            Gauge,
+            s.samplers.iter().filter(|x| x.enabled).map(|x| {
+                (
+                    with(node.clone(), "sampler", x.name),
+                    x.last_duration_seconds,
+                )
+            }),
+        )?;
+        family(
+            &mut enc,
+            "sampler_fresh",
+            "1 when the sampler succeeded within the last 3 intervals.",
+            Gauge,
+            s.samplers
+                .iter()
+                .filter(|x| x.enabled)
+                .map(|x| (with(node.clone(), "sampler", x.name), u64::from(x.fresh))),
+        )?;
+        family(
+            &mut enc,
+            "sampler_errors",
+            "Failed reads by sampler and kind.",
+            Counter,
+            s.samplers.iter().flat_map(|x| {
+                let base = with(node.clone(), "sampler", x.name);
+                ["io", "permission", "parse"].into_iter().map(move |k| {
+                    let v = x
+                        .errors_total
+                        .iter()
+                        .find(|(n, _)| n == k)
+                        .map_or(0, |e| e.1);
+                    (with(base.clone(), "kind", k), v)
+                })
+            }),
+        )?;
+        family(
+            &mut enc,
+            "tick_duration_seconds",
+            "Duration of the last whole sampling tick.",
+            Gauge,
+            [(node.clone(), s.agent.tick_duration_seconds)],
+        )?;
+        family(
+            &mut enc,
+            "ticks",
+            "Sampling ticks completed.",
+            Counter,
+            [(node.clone(), s.agent.ticks_total)],
+        )?;
+        family(
+            &mut enc,
+            "process_resident_memory_bytes",
+            "Resident memory of the agent.",
+            Gauge,
+            [(node.clone(), s.agent.resident_memory_bytes)],
+        )?;
+        family(
+            &mut enc,
+            "process_cpu_seconds",
+            "CPU time (user+system) used by the agent.",
+            Counter,
+            [(node.clone(), s.agent.cpu_seconds_total)],
+        )?;
+        family(
+            &mut enc,
+            "process_open_fds",
+            "Open file descriptors of the agent.",
+            Gauge,
+            [(node.clone(), s.agent.open_fds)],
+        )?;
+        family(
+            &mut enc,
+            "build_info",
+            "Agent version and the cgroup layout it detected.",
+            Gauge,
+            [(
+                with(
+                    with(node.clone(), "version", env!("CARGO_PKG_VERSION")),
+                    "cgroup_layout",
+                    s.cgroup_layout.clone(),
+                ),
+                1u64,
+            )],
+        )?;
+        Ok(())
+    }
+}

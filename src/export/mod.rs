@@ -1,0 +1,4 @@
+//! Export: the Prometheus registry over the last snapshot, and the HTTP server.
+
+pub mod metrics;
+pub mod server;

@@ -1,0 +1,17 @@
+//! nodeguard: watches the symptoms a runaway container inflicts on its node and exports them.
+//!
+//! Data flows one way: `discover` + `sample` (kernel reads) -> `signal` (per-workload values that
+//! survive restarts) -> `snapshot` -> `export`. Rules and actions will read the same snapshot.
+
+pub mod agent;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod discover;
+pub mod error;
+pub mod export;
+pub mod fsio;
+pub mod sample;
+pub mod signal;
+pub mod snapshot;
+pub mod workload;

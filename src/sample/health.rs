@@ -1,0 +1,88 @@
+//! Per-sampler bookkeeping: freshness, duration, errors by kind, and log lines only on transitions.
+
+use crate::error::{ErrorKind, ReadError};
+use crate::snapshot::SamplerStatus;
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Debug)]
+pub struct SamplerHealth {
+    pub name: &'static str,
+    pub enabled: bool,
+    last_ok: Option<Instant>,
+    last_duration: Duration,
+    errors: BTreeMap<ErrorKind, u64>,
+    /// Paths that failed last tick: a path is logged when it starts and when it stops failing.
+    failing: HashSet<PathBuf>,
+}
+
+impl SamplerHealth {
+    pub fn new(name: &'static str, enabled: bool) -> Self {
+        SamplerHealth {
+            name,
+            enabled,
+            last_ok: None,
+            last_duration: Duration::ZERO,
+            errors: BTreeMap::new(),
+            failing: HashSet::new(),
+        }
+    }
+
+    /// Ends a sampling pass. `complete` is false when the pass produced nothing usable.
+    pub fn finish(&mut self, started: Instant, now: Instant, errors: &[ReadError], complete: bool) {
+        self.last_duration = now.saturating_duration_since(started);
+        if complete {
+            self.last_ok = Some(now);
+        }
+        let mut failing = HashSet::with_capacity(errors.len());
+        for e in errors {
+            *self.errors.entry(e.kind()).or_default() += 1;
+            let path = e.path().to_path_buf();
+            if !self.failing.contains(&path) {
+                tracing::warn!(sampler = self.name, kind = e.kind().as_str(), error = %e, "read failed; keeping last good value");
+            }
+            failing.insert(path);
+        }
+        for p in self.failing.difference(&failing) {
+            tracing::info!(sampler = self.name, path = %p.display(), "read recovered");
+        }
+        self.failing = failing;
+    }
+
+    pub fn status(&self, now: Instant, interval: Duration) -> SamplerStatus {
+        let age = self.last_ok.map(|t| now.saturating_duration_since(t));
+        SamplerStatus {
+            name: self.name,
+            enabled: self.enabled,
+            age_seconds: age.map(|a| a.as_secs_f64()),
+            fresh: age.is_some_and(|a| a <= interval * 3),
+            last_duration_seconds: self.last_duration.as_secs_f64(),
+            errors_total: self
+                .errors
+                .iter()
+                .map(|(k, v)| (k.as_str().to_owned(), *v))
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn counts_errors_and_tracks_freshness() {
+        let t0 = Instant::now();
+        let mut h = SamplerHealth::new("memory", true);
+        let iv = Duration::from_secs(5);
+        assert!(!h.status(t0, iv).fresh);
+        let err = ReadError::parse(Path::new("/x"), crate::error::ParseError::new("bad"));
+        h.finish(t0, t0, &[err], true);
+        let s = h.status(t0 + Duration::from_secs(15), iv);
+        assert!(s.fresh);
+        assert_eq!(s.errors_total, vec![("parse".to_string(), 1)]);
+        assert!(!h.status(t0 + Duration::from_secs(16), iv).fresh);
+    }
+}

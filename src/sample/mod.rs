@@ -1,0 +1,175 @@
+//! Sampling: one pass over the kernel and the log tree per tick, producing raw per-workload values.
+//! Each reader takes its roots at construction; nothing here knows about rules or export.
+
+pub mod health;
+pub mod logs;
+pub mod memory;
+pub mod procs;
+pub mod selfstat;
+
+use crate::clock::Clock;
+use crate::discover::{read_procs, CgroupLayout, Discovery, Inventory};
+use crate::error::ReadError;
+use health::SamplerHealth;
+use logs::{ContainerLogSample, LogTailer};
+use memory::{MemoryReader, MemorySample};
+use procs::{ProcSummary, ProcTable};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Raw values of one tick, indexed like `inventory.workloads` / `inventory.pods`.
+#[derive(Debug, Default)]
+pub struct TickSample {
+    pub inventory: Inventory,
+    /// `Err(())` marks a failed read (the error itself went to the sampler's health).
+    pub memory: Vec<Result<Option<MemorySample>, ()>>,
+    /// Pod cgroups' memory files; only read where OOM counts are hierarchical (v2).
+    pub pod_memory: Vec<Option<MemorySample>>,
+    /// `None` when the process sampler is off or failed as a whole.
+    pub procs: Option<HashMap<usize, ProcSummary>>,
+    pub logs: Option<Vec<ContainerLogSample>>,
+}
+
+pub struct Samplers {
+    clock: Arc<dyn Clock>,
+    layout: CgroupLayout,
+    discovery: Discovery,
+    memory: Option<MemoryReader>,
+    procs: Option<ProcTable>,
+    logs: Option<LogTailer>,
+    last_inventory: Inventory,
+    pub health: Vec<SamplerHealth>,
+}
+
+const DISCOVERY: usize = 0;
+const MEMORY: usize = 1;
+const PROCESSES: usize = 2;
+const LOGS: usize = 3;
+
+impl Samplers {
+    pub fn new(
+        clock: Arc<dyn Clock>,
+        layout: CgroupLayout,
+        discovery: Discovery,
+        memory: Option<MemoryReader>,
+        procs: Option<ProcTable>,
+        logs: Option<LogTailer>,
+    ) -> Self {
+        let health = vec![
+            SamplerHealth::new("discovery", true),
+            SamplerHealth::new("memory", memory.is_some()),
+            SamplerHealth::new("processes", procs.is_some()),
+            SamplerHealth::new("logs", logs.is_some()),
+        ];
+        Samplers {
+            clock,
+            layout,
+            discovery,
+            memory,
+            procs,
+            logs,
+            last_inventory: Inventory::default(),
+            health,
+        }
+    }
+
+    pub fn sample(&mut self) -> TickSample {
+        let clock = self.clock.clone();
+        let t = clock.now();
+        let inventory = match self.discovery.scan() {
+            Ok(inv) => {
+                self.health[DISCOVERY].finish(t, clock.now(), &[], true);
+                self.last_inventory = inv.clone();
+                inv
+            }
+            Err(e) => {
+                self.health[DISCOVERY].finish(t, clock.now(), &[e], false);
+                self.last_inventory.clone()
+            }
+        };
+        let mut tick = TickSample {
+            inventory,
+            ..TickSample::default()
+        };
+        self.sample_memory(&mut tick);
+        self.sample_procs(&mut tick);
+        if let Some(tailer) = &mut self.logs {
+            let t = clock.now();
+            let (samples, errors) = tailer.sample();
+            self.health[LOGS].finish(t, clock.now(), &errors, true);
+            tick.logs = Some(samples);
+        }
+        tick
+    }
+
+    fn sample_memory(&mut self, tick: &mut TickSample) {
+        let Some(reader) = &self.memory else {
+            tick.memory = tick.inventory.workloads.iter().map(|_| Ok(None)).collect();
+            return;
+        };
+        let t = self.clock.now();
+        let mut errors = Vec::new();
+        for w in &tick.inventory.workloads {
+            tick.memory
+                .push(reader.read(&w.cgroup).map_err(|e| errors.push(e)));
+        }
+        if self.layout.memory_is_v2() {
+            for p in &tick.inventory.pods {
+                tick.pod_memory
+                    .push(reader.read(&p.cgroup).unwrap_or_else(|e| {
+                        errors.push(e);
+                        None
+                    }));
+            }
+        }
+        self.health[MEMORY].finish(t, self.clock.now(), &errors, true);
+    }
+
+    fn sample_procs(&mut self, tick: &mut TickSample) {
+        let Some(table) = &self.procs else { return };
+        let t = self.clock.now();
+        let primary = self.layout.primary();
+        let mut errors: Vec<ReadError> = Vec::new();
+        let mut owner_of = HashMap::new();
+        let mut summaries: HashMap<usize, ProcSummary> = HashMap::new();
+        for (i, w) in tick.inventory.workloads.iter().enumerate() {
+            let mut n = 0;
+            for rel in &w.subtree {
+                match read_procs(&primary, rel) {
+                    Ok(pids) => {
+                        n += pids.len() as u64;
+                        owner_of.extend(pids.into_iter().map(|p| (p, i)));
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+            summaries.entry(i).or_default().processes = n;
+        }
+        match table.scan() {
+            Ok((entries, scan_errors)) => {
+                errors.extend(scan_errors);
+                let unified = self.layout.unified().map(|p| p.to_path_buf());
+                let workloads = &tick.inventory.workloads;
+                let zombies = procs::attribute_zombies(&entries, &owner_of, |pid| {
+                    // Only meaningful where workloads live in the v2 tree under the same path.
+                    unified.as_ref()?;
+                    let path = table.unified_path(pid).ok().flatten()?;
+                    workloads
+                        .iter()
+                        .position(|w| w.subtree.iter().any(|s| *s == path))
+                });
+                for (i, z) in zombies {
+                    let s = summaries.entry(i).or_default();
+                    s.zombies = z.zombies;
+                    s.zombie_parents = z.zombie_parents;
+                }
+                self.health[PROCESSES].finish(t, self.clock.now(), &errors, true);
+                tick.procs = Some(summaries);
+            }
+            Err(e) => {
+                errors.push(e);
+                self.health[PROCESSES].finish(t, self.clock.now(), &errors, false);
+            }
+        }
+    }
+}

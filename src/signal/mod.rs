@@ -1,0 +1,309 @@
+//! Signals: per-identity values derived from raw per-tick samples. Counters here survive a
+//! container being recreated (they are keyed by workload identity, not by cgroup), and rates are
+//! computed over trailing windows.
+
+pub mod rate;
+pub mod restarts;
+
+use crate::discover::WorkloadKind;
+use crate::sample::logs::{ContainerLogSample, LineCounts};
+use crate::sample::memory::MemorySample;
+use crate::sample::procs::ProcSummary;
+use crate::sample::TickSample;
+use crate::snapshot::{Held, MemoryValues, PodSignals, WorkloadSignals};
+use crate::workload::WorkloadId;
+use rate::RateWindow;
+use restarts::RestartTracker;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// How long an identity's counters outlive its last cgroup and log file. Long enough to bridge
+/// a crash-loop back-off (kubelet caps it at 5 min), short enough to forget deleted pods.
+const IDENTITY_RETENTION: Duration = Duration::from_secs(15 * 60);
+
+#[derive(Debug)]
+struct IdentityState {
+    oom_total: u64,
+    /// Last raw `oom_kill` per live instance.
+    oom_raw: HashMap<String, u64>,
+    memory: Option<MemorySample>,
+    /// The last memory read failed: `memory` is the last good value.
+    memory_stale: bool,
+    procs: Option<ProcSummary>,
+    log_total: LineCounts,
+    stdout_rate: RateWindow,
+    stderr_rate: RateWindow,
+    restarts: RestartTracker,
+    last_seen: Instant,
+}
+
+impl IdentityState {
+    fn new(now: Instant) -> Self {
+        IdentityState {
+            oom_total: 0,
+            oom_raw: HashMap::new(),
+            memory: None,
+            memory_stale: false,
+            procs: None,
+            log_total: LineCounts::default(),
+            stdout_rate: RateWindow::new(MINUTE),
+            stderr_rate: RateWindow::new(MINUTE),
+            restarts: RestartTracker::default(),
+            last_seen: now,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct PodState {
+    oom_raw: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+pub struct Tracker {
+    identities: HashMap<WorkloadId, IdentityState>,
+    pods: HashMap<String, PodState>,
+}
+
+impl Tracker {
+    pub fn new() -> Self {
+        Tracker::default()
+    }
+
+    pub fn update(
+        &mut self,
+        now: Instant,
+        tick: &TickSample,
+    ) -> (Vec<WorkloadSignals>, Vec<PodSignals>) {
+        let inv = &tick.inventory;
+        // Group live instances by identity (during a restart, old and new may coexist).
+        let mut live: BTreeMap<&WorkloadId, Vec<usize>> = BTreeMap::new();
+        for (i, w) in inv.workloads.iter().enumerate() {
+            live.entry(&w.id).or_default().push(i);
+        }
+        let logs: HashMap<&WorkloadId, &ContainerLogSample> =
+            tick.logs.iter().flatten().map(|s| (&s.id, s)).collect();
+
+        let mut restarted: HashMap<&str, Vec<WorkloadId>> = HashMap::new();
+        let mut oom_seen_by_pod: HashMap<&str, u64> = HashMap::new();
+
+        for (id, idxs) in &live {
+            let st = self
+                .identities
+                .entry((*id).clone())
+                .or_insert_with(|| IdentityState::new(now));
+            st.last_seen = now;
+            let log = logs.get(id);
+            let fresh = st.restarts.observe(
+                idxs.iter().map(|&i| inv.workloads[i].instance()),
+                log.and_then(|l| l.max_restart_number),
+            );
+            let pod_uid = match &inv.workloads[idxs[0]].kind {
+                WorkloadKind::Container { pod_uid, .. } => Some(pod_uid.as_str()),
+                WorkloadKind::Unit => None,
+            };
+            if fresh > 0 {
+                if let Some(uid) = pod_uid {
+                    restarted.entry(uid).or_default().push((*id).clone());
+                }
+            }
+            // OOM kills: add each live instance's increase; a new instance counts from zero.
+            let mut raw_now = HashMap::new();
+            let mut mem_ok = true;
+            let mut newest_mem = None;
+            for &i in idxs {
+                match &tick.memory[i] {
+                    Ok(Some(m)) => {
+                        let inst = inv.workloads[i].instance();
+                        let prev = st.oom_raw.get(inst).copied().unwrap_or(0);
+                        let delta = m.oom_kills.saturating_sub(prev);
+                        st.oom_total += delta;
+                        if let Some(uid) = pod_uid {
+                            *oom_seen_by_pod.entry(uid).or_default() += delta;
+                        }
+                        raw_now.insert(inst.to_owned(), m.oom_kills.max(prev));
+                        newest_mem = Some(*m);
+                    }
+                    Ok(None) => {}
+                    Err(()) => {
+                        mem_ok = false;
+                        // Keep the baseline of an unreadable instance so no kill is counted twice.
+                        let inst = inv.workloads[i].instance();
+                        if let Some(v) = st.oom_raw.get(inst) {
+                            raw_now.insert(inst.to_owned(), *v);
+                        }
+                    }
+                }
+            }
+            st.oom_raw = raw_now;
+            if mem_ok {
+                st.memory = newest_mem;
+            }
+            st.memory_stale = !mem_ok;
+            if let Some(p) = &tick.procs {
+                let mut sum = ProcSummary::default();
+                for &i in idxs {
+                    if let Some(s) = p.get(&i) {
+                        sum.processes += s.processes;
+                        sum.zombies += s.zombies;
+                        sum.zombie_parents.extend(s.zombie_parents.iter().cloned());
+                    }
+                }
+                st.procs = Some(sum);
+            }
+        }
+
+        // Log counters, also for identities between restarts (log file present, no cgroup).
+        for (id, s) in &logs {
+            let st = self
+                .identities
+                .entry((*id).clone())
+                .or_insert_with(|| IdentityState::new(now));
+            st.last_seen = now;
+            if !live.contains_key(id) {
+                st.restarts.observe([], s.max_restart_number);
+            }
+            st.log_total.add(&s.new_lines);
+            st.log_total.add(&s.backlog_lines);
+            st.stdout_rate.record(now, s.new_lines.stdout);
+            st.stderr_rate.record(now, s.new_lines.stderr);
+        }
+
+        let pods = self.reconcile_pods(tick, &oom_seen_by_pod, &restarted);
+
+        self.identities
+            .retain(|_, st| now.saturating_duration_since(st.last_seen) < IDENTITY_RETENTION);
+
+        let mut out = Vec::new();
+        let procs_stale = tick.procs.is_none();
+        let mut ids: Vec<&WorkloadId> = live.keys().copied().collect();
+        ids.extend(logs.keys().filter(|id| !live.contains_key(*id)).copied());
+        ids.sort();
+        for id in ids {
+            let Some(st) = self.identities.get_mut(id) else {
+                continue;
+            };
+            let w = live
+                .get(id)
+                .map(|idxs| &inv.workloads[*idxs.last().unwrap_or(&0)]);
+            let (kind, qos, pod_uid, container_id) = match w.map(|w| &w.kind) {
+                Some(WorkloadKind::Container {
+                    pod_uid,
+                    container_id,
+                    qos,
+                }) => (
+                    "container",
+                    Some(*qos),
+                    Some(pod_uid.clone()),
+                    Some(container_id.clone()),
+                ),
+                Some(WorkloadKind::Unit) => ("unit", None, None, w.map(|w| w.cgroup.clone())),
+                None => (
+                    "container",
+                    None,
+                    logs.get(id).map(|l| l.pod_uid.clone()),
+                    None,
+                ),
+            };
+            let in_cgroup = w.is_some();
+            out.push(WorkloadSignals {
+                id: id.clone(),
+                kind,
+                qos,
+                pod_uid,
+                container_id,
+                cgroup: w.map(|w| w.cgroup.clone()),
+                memory: in_cgroup
+                    .then(|| {
+                        st.memory.map(|m| Held {
+                            value: MemoryValues {
+                                usage_bytes: m.usage_bytes,
+                                working_set_bytes: m.working_set_bytes,
+                                limit_bytes: m.limit_bytes,
+                            },
+                            stale: st.memory_stale,
+                        })
+                    })
+                    .flatten(),
+                oom_kills_total: st.oom_total,
+                processes: in_cgroup
+                    .then(|| {
+                        st.procs.as_ref().map(|p| Held {
+                            value: p.processes,
+                            stale: procs_stale,
+                        })
+                    })
+                    .flatten(),
+                zombies: in_cgroup
+                    .then(|| {
+                        st.procs.as_ref().map(|p| Held {
+                            value: p.zombies,
+                            stale: procs_stale,
+                        })
+                    })
+                    .flatten(),
+                zombie_parents: st
+                    .procs
+                    .as_ref()
+                    .map(|p| p.zombie_parents.clone())
+                    .unwrap_or_default(),
+                log_lines_total: st.log_total,
+                log_lines_per_minute: LineCounts {
+                    stdout: st.stdout_rate.sum(now),
+                    stderr: st.stderr_rate.sum(now),
+                    malformed: 0,
+                },
+                restarts_total: st.restarts.total(),
+            });
+        }
+        (out, pods)
+    }
+
+    /// Pod cgroups count OOM kills hierarchically on v2. A kill whose container cgroup vanished
+    /// before the tick shows up only there; it is credited to the container that restarted in
+    /// that pod this tick when there is exactly one, else it stays pod-level only.
+    fn reconcile_pods(
+        &mut self,
+        tick: &TickSample,
+        seen: &HashMap<&str, u64>,
+        restarted: &HashMap<&str, Vec<WorkloadId>>,
+    ) -> Vec<PodSignals> {
+        let mut out = Vec::new();
+        let mut live = Vec::new();
+        for (i, p) in tick.inventory.pods.iter().enumerate() {
+            live.push(p.uid.clone());
+            let raw = tick
+                .pod_memory
+                .get(i)
+                .copied()
+                .flatten()
+                .map(|m| m.oom_kills);
+            let st = self.pods.entry(p.uid.clone()).or_default();
+            if let (Some(now), Some(prev)) = (raw, st.oom_raw) {
+                let surplus = now
+                    .saturating_sub(prev)
+                    .saturating_sub(seen.get(p.uid.as_str()).copied().unwrap_or(0));
+                if surplus > 0 {
+                    if let Some([only]) = restarted.get(p.uid.as_str()).map(Vec::as_slice) {
+                        if let Some(s) = self.identities.get_mut(only) {
+                            s.oom_total += surplus;
+                        }
+                    }
+                }
+            }
+            if raw.is_some() {
+                st.oom_raw = raw;
+            }
+            out.push(PodSignals {
+                namespace: p.namespace.clone(),
+                pod: p.pod.clone(),
+                uid: p.uid.clone(),
+                oom_kills_total: raw,
+            });
+        }
+        self.pods.retain(|uid, _| live.contains(uid));
+        out
+    }
+}

@@ -1,0 +1,97 @@
+//! The per-tick snapshot: everything the exporters, `/api/state` and (later) the rules read.
+//! Built once per tick, then shared read-only; scrapes never touch the kernel.
+
+use crate::discover::kubelet::QosClass;
+use crate::sample::logs::LineCounts;
+use crate::sample::procs::ZombieParent;
+use crate::workload::WorkloadId;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Snapshot {
+    /// Unix time of the tick, seconds.
+    pub timestamp: f64,
+    pub node: String,
+    pub cgroup_layout: String,
+    pub workloads: Vec<WorkloadSignals>,
+    pub pods: Vec<PodSignals>,
+    pub samplers: Vec<SamplerStatus>,
+    pub agent: AgentStats,
+}
+
+/// A value carried from the last good read when the current read failed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Held<T> {
+    pub value: T,
+    pub stale: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkloadSignals {
+    pub id: WorkloadId,
+    /// "container" or "unit".
+    pub kind: &'static str,
+    pub qos: Option<QosClass>,
+    pub pod_uid: Option<String>,
+    /// The running instance (container id or unit cgroup); `None` while it has no cgroup, e.g.
+    /// between crash-loop restarts.
+    pub container_id: Option<String>,
+    pub cgroup: Option<String>,
+    pub memory: Option<Held<MemoryValues>>,
+    pub oom_kills_total: u64,
+    pub processes: Option<Held<u64>>,
+    pub zombies: Option<Held<u64>>,
+    pub zombie_parents: Vec<ZombieParent>,
+    pub log_lines_total: LineCounts,
+    pub log_lines_per_minute: LineCounts,
+    pub restarts_total: u64,
+    // Network signals (sockets, conntrack) join here: see docs/design.md.
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MemoryValues {
+    pub usage_bytes: u64,
+    pub working_set_bytes: u64,
+    pub limit_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PodSignals {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    /// Hierarchical OOM kills of the pod cgroup (v2 only: v1 counts them per cgroup, locally).
+    pub oom_kills_total: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SamplerStatus {
+    pub name: &'static str,
+    pub enabled: bool,
+    /// Seconds since the last successful sample, `None` if never.
+    pub age_seconds: Option<f64>,
+    pub fresh: bool,
+    pub last_duration_seconds: f64,
+    pub errors_total: Vec<(String, u64)>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AgentStats {
+    pub ticks_total: u64,
+    pub tick_duration_seconds: f64,
+    pub resident_memory_bytes: u64,
+    pub cpu_seconds_total: f64,
+    pub open_fds: u64,
+    pub start_time_seconds: f64,
+}
+
+impl Snapshot {
+    /// Names of enabled samplers without a fresh sample.
+    pub fn stale_samplers(&self) -> Vec<&'static str> {
+        self.samplers
+            .iter()
+            .filter(|s| s.enabled && !s.fresh)
+            .map(|s| s.name)
+            .collect()
+    }
+}
