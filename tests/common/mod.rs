@@ -1,0 +1,388 @@
+//! Real-kernel test harness: a uniquely named parent cgroup in every hierarchy, a kubelet-style
+//! tree below it, real processes (`nodeguard-testload`) inside, and kubelet-style log trees in a
+//! temp dir. Everything it creates is removed on drop, even when the test fails; it only ever
+//! stops processes it started itself.
+#![allow(dead_code)]
+
+use nodeguard::agent::Agent;
+use nodeguard::clock::SystemClock;
+use nodeguard::config::Config;
+use nodeguard::discover::kubelet::QosClass;
+use nodeguard::discover::CgroupLayout;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const TESTLOAD: &str = env!("CARGO_BIN_EXE_nodeguard-testload");
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    Systemd,
+    Cgroupfs,
+}
+
+#[derive(Debug, Clone)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Cgroup path relative to the test parent.
+    pub cgroup: String,
+    pub driver: Driver,
+}
+
+#[derive(Debug, Clone)]
+pub struct Container {
+    pub pod: Pod,
+    pub name: String,
+    pub id: String,
+    pub restart: u32,
+    /// Cgroup path relative to the test parent.
+    pub cgroup: String,
+}
+
+struct Proc {
+    pid: u32,
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+pub struct TestNode {
+    /// The unique parent cgroup, e.g. `ngtest-1234-0`.
+    pub name: String,
+    pub layout: CgroupLayout,
+    hierarchies: Vec<PathBuf>,
+    pub dir: tempfile::TempDir,
+    created: Vec<String>,
+    procs: Vec<Proc>,
+}
+
+/// Returns `None` (after saying why) where real cgroups cannot be made: not root, no cgroupfs.
+pub fn node() -> Option<TestNode> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP: real-kernel test needs root (CI runs as root)");
+        return None;
+    }
+    let Some(layout) = CgroupLayout::detect(Path::new(CGROUP_ROOT)) else {
+        eprintln!("SKIP: no cgroup hierarchy at {CGROUP_ROOT}");
+        return None;
+    };
+    let mut hierarchies: Vec<PathBuf> = ["memory", "pids", "freezer"]
+        .iter()
+        .filter_map(|c| layout.v1_controller(c))
+        .collect();
+    if let Some(u) = layout.unified() {
+        hierarchies.push(u.to_path_buf());
+    }
+    let name = format!(
+        "ngtest-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    );
+    let mut n = TestNode {
+        name,
+        layout,
+        hierarchies,
+        dir: tempfile::tempdir().expect("tempdir"),
+        created: Vec::new(),
+        procs: Vec::new(),
+    };
+    std::fs::create_dir_all(n.pod_logs()).expect("pod log dir");
+    std::fs::create_dir_all(n.container_logs()).expect("container log dir");
+    n.mkdir("");
+    Some(n)
+}
+
+impl TestNode {
+    pub fn pod_logs(&self) -> PathBuf {
+        self.dir.path().join("pods")
+    }
+
+    pub fn container_logs(&self) -> PathBuf {
+        self.dir.path().join("containers")
+    }
+
+    /// Absolute cgroup path (relative to a hierarchy root) of a path below the test parent.
+    pub fn rel(&self, inner: &str) -> String {
+        if inner.is_empty() {
+            format!("/{}", self.name)
+        } else {
+            format!("/{}/{}", self.name, inner)
+        }
+    }
+
+    /// The agent's configuration for this node: real /proc and cgroups, scoped to our parent.
+    pub fn config(&self, extra: &str) -> Config {
+        let yaml = format!(
+            "listen: 127.0.0.1:0\ninterval: 1s\npaths:\n  proc: /proc\n  cgroup: {CGROUP_ROOT}\n  pod_logs: {}\n  container_logs: {}\ndiscovery:\n  scopes: [\"{}\"]\n{extra}",
+            self.pod_logs().display(),
+            self.container_logs().display(),
+            self.rel(""),
+        );
+        Config::from_yaml(&yaml).expect("test config")
+    }
+
+    pub fn agent(&self) -> Agent {
+        Agent::new(self.config(""), Arc::new(SystemClock)).expect("agent")
+    }
+
+    /// Creates `inner` (and its parents) in every hierarchy we mirror.
+    pub fn mkdir(&mut self, inner: &str) {
+        let rel = self.rel(inner);
+        let mut prefix = String::new();
+        for comp in rel.split('/').filter(|c| !c.is_empty()) {
+            prefix.push('/');
+            prefix.push_str(comp);
+            if self.created.contains(&prefix) {
+                continue;
+            }
+            for h in &self.hierarchies {
+                let p = h.join(prefix.trim_start_matches('/'));
+                if !p.exists() {
+                    std::fs::create_dir(&p)
+                        .unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+                }
+            }
+            self.created.push(prefix.clone());
+        }
+    }
+
+    pub fn pod(&mut self, driver: Driver, qos: QosClass, namespace: &str, name: &str) -> Pod {
+        let uid = format!(
+            "{:08x}-{:04x}-4000-8000-{:012x}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst),
+            self.created.len()
+        );
+        let cgroup = match (driver, qos) {
+            (Driver::Cgroupfs, QosClass::Guaranteed) => format!("kubepods/pod{uid}"),
+            (Driver::Cgroupfs, q) => format!("kubepods/{}/pod{uid}", q.as_str()),
+            (Driver::Systemd, QosClass::Guaranteed) => {
+                format!("kubepods.slice/kubepods-pod{}.slice", uid.replace('-', "_"))
+            }
+            (Driver::Systemd, q) => format!(
+                "kubepods.slice/kubepods-{q}.slice/kubepods-{q}-pod{}.slice",
+                uid.replace('-', "_"),
+                q = q.as_str()
+            ),
+        };
+        self.mkdir(&cgroup);
+        let pod = Pod {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid,
+            cgroup,
+            driver,
+        };
+        std::fs::create_dir_all(self.pod_log_dir(&pod)).expect("pod log dir");
+        pod
+    }
+
+    pub fn pod_log_dir(&self, pod: &Pod) -> PathBuf {
+        self.pod_logs()
+            .join(format!("{}_{}_{}", pod.namespace, pod.name, pod.uid))
+    }
+
+    /// A container cgroup plus its kubelet log file `<restart>.log` and `/var/log/containers` link.
+    pub fn container(&mut self, pod: &Pod, name: &str, restart: u32) -> Container {
+        let c = self.container_cgroup(pod, name, restart);
+        let dir = self.pod_log_dir(pod).join(name);
+        std::fs::create_dir_all(&dir).expect("container log dir");
+        let log = dir.join(format!("{restart}.log"));
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log file");
+        let link = self.container_logs().join(format!(
+            "{}_{}_{}-{}.log",
+            pod.name, pod.namespace, name, c.id
+        ));
+        std::os::unix::fs::symlink(&log, link).expect("container log link");
+        c
+    }
+
+    /// A container cgroup with no log link (a sandbox, or a container kubelet has not linked).
+    pub fn container_cgroup(&mut self, pod: &Pod, name: &str, restart: u32) -> Container {
+        let id = format!(
+            "{:016x}{:016x}{:016x}{:016x}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst),
+            restart,
+            self.created.len()
+        );
+        let leaf = match pod.driver {
+            Driver::Cgroupfs => id.clone(),
+            Driver::Systemd => format!("cri-containerd-{id}.scope"),
+        };
+        let cgroup = format!("{}/{leaf}", pod.cgroup);
+        self.mkdir(&cgroup);
+        Container {
+            pod: pod.clone(),
+            name: name.into(),
+            id,
+            restart,
+            cgroup,
+        }
+    }
+
+    pub fn log_path(&self, c: &Container) -> PathBuf {
+        self.pod_log_dir(&c.pod)
+            .join(&c.name)
+            .join(format!("{}.log", c.restart))
+    }
+
+    /// Appends `n` full CRI lines to the container's current log.
+    pub fn write_log(&self, c: &Container, stream: &str, n: usize) {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.log_path(c))
+            .expect("open log");
+        let mut buf = String::new();
+        for i in 0..n {
+            buf.push_str(&format!(
+                "2026-07-20T04:46:01.{i:09}Z {stream} F connect ETIMEDOUT 203.0.113.7:443 attempt {i}\n"
+            ));
+        }
+        f.write_all(buf.as_bytes()).expect("write log");
+    }
+
+    /// Writes a memory limit in the memory hierarchy (v1 or v2).
+    pub fn set_memory_limit(&self, c: &Container, bytes: u64) {
+        let (root, file) = if self.layout.memory_is_v2() {
+            (self.layout.primary(), "memory.max")
+        } else {
+            (self.layout.primary(), "memory.limit_in_bytes")
+        };
+        let p = root
+            .join(self.rel(&c.cgroup).trim_start_matches('/'))
+            .join(file);
+        std::fs::write(&p, bytes.to_string()).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    }
+
+    fn join_args(&self, c: &Container) -> Vec<String> {
+        let mut args = Vec::new();
+        for h in &self.hierarchies {
+            args.push("--join".to_owned());
+            args.push(
+                h.join(self.rel(&c.cgroup).trim_start_matches('/'))
+                    .join("cgroup.procs")
+                    .display()
+                    .to_string(),
+            );
+        }
+        args
+    }
+
+    /// Starts `nodeguard-testload` inside the container and waits for `ready`.
+    pub fn spawn(&mut self, c: &Container, args: &[&str]) -> u32 {
+        let mut child = self.start(c, args);
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("ready line");
+        let pid = line
+            .strip_prefix("ready ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("testload {args:?} did not get ready: {line:?}"));
+        let stdin = child.stdin.take();
+        self.procs.push(Proc { pid, child, stdin });
+        pid
+    }
+
+    /// Starts `nodeguard-testload` and returns once it has exited (the OOM case).
+    pub fn run_to_exit(&mut self, c: &Container, args: &[&str]) -> std::process::ExitStatus {
+        let mut child = self.start(c, args);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("testload {args:?} did not exit in 30s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn start(&self, c: &Container, args: &[&str]) -> Child {
+        Command::new(TESTLOAD)
+            .args(self.join_args(c))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn testload")
+    }
+
+    /// Closes the process's stdin: it reaps its children and exits.
+    pub fn stop(&mut self, pid: u32) {
+        if let Some(pos) = self.procs.iter().position(|p| p.pid == pid) {
+            let p = self.procs.remove(pos);
+            finish(p);
+        }
+    }
+
+    /// Removes a container's cgroup (after stopping what runs in it), as the runtime does.
+    pub fn remove_cgroup(&mut self, c: &Container) {
+        let rel = self.rel(&c.cgroup);
+        for h in &self.hierarchies {
+            rmdir_retry(&h.join(rel.trim_start_matches('/')));
+        }
+        self.created.retain(|p| *p != rel);
+    }
+}
+
+fn finish(mut p: Proc) {
+    drop(p.stdin.take());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = p.child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Our own child: SIGKILL is allowed here and nowhere else.
+    let _ = p.child.kill();
+    let _ = p.child.wait();
+}
+
+fn rmdir_retry(p: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match std::fs::remove_dir(p) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) if Instant::now() > deadline => {
+                eprintln!("cleanup: cannot remove {}: {e}", p.display());
+                return;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        for p in self.procs.drain(..) {
+            finish(p);
+        }
+        // Deepest first: a parent cgroup cannot go before its children.
+        let mut dirs = std::mem::take(&mut self.created);
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.matches('/').count()));
+        for d in dirs {
+            for h in &self.hierarchies {
+                rmdir_retry(&h.join(d.trim_start_matches('/')));
+            }
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! Real-kernel tests of the core signals (CI runs them as root). Each test builds its own
+//! kubelet-style tree under a unique parent cgroup and asserts exact numbers.
+
+mod common;
+
+use common::{node, Driver};
+use nodeguard::discover::kubelet::QosClass;
+use nodeguard::export::metrics::{registry, render, SharedSnapshot};
+use nodeguard::snapshot::{Snapshot, WorkloadSignals};
+use nodeguard::workload::WorkloadId;
+use std::sync::{Arc, RwLock};
+
+const MIB: u64 = 1 << 20;
+
+fn find<'a>(s: &'a Snapshot, ns: &str, pod: &str, c: &str) -> &'a WorkloadSignals {
+    let id = WorkloadId::container(ns, pod, c);
+    s.workloads.iter().find(|w| w.id == id).unwrap_or_else(|| {
+        panic!(
+            "{id} not in {:#?}",
+            s.workloads.iter().map(|w| &w.id).collect::<Vec<_>>()
+        )
+    })
+}
+
+fn metrics_text(s: &Snapshot) -> String {
+    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(s.clone())));
+    render(&registry(shared)).expect("render")
+}
+
+#[test]
+fn discovers_both_drivers_with_names_qos_and_skips_the_sandbox() {
+    let Some(mut n) = node() else { return };
+    let a = n.pod(
+        Driver::Systemd,
+        QosClass::Burstable,
+        "feeds",
+        "backend-7d9f8-x2k4q",
+    );
+    let b = n.pod(Driver::Cgroupfs, QosClass::BestEffort, "web", "nginx-0");
+    let g = n.pod(Driver::Systemd, QosClass::Guaranteed, "db", "postgres-0");
+    let api = n.container(&a, "api", 0);
+    let relay = n.container(&a, "relay", 0);
+    let sandbox = n.container_cgroup(&a, "POD", 0);
+    let web = n.container(&b, "nginx", 2);
+    let pg = n.container(&g, "postgres", 0);
+    for c in [&api, &relay, &web, &pg] {
+        n.spawn(c, &["idle"]);
+    }
+    n.spawn(&sandbox, &["--comm", "pause", "idle"]);
+
+    let snap = n.agent().tick();
+    let ids: Vec<String> = snap.workloads.iter().map(|w| w.id.to_string()).collect();
+    assert_eq!(
+        ids,
+        vec![
+            "db/postgres-0/postgres",
+            "feeds/backend-7d9f8-x2k4q/api",
+            "feeds/backend-7d9f8-x2k4q/relay",
+            "web/nginx-0/nginx",
+        ]
+    );
+    assert_eq!(
+        find(&snap, "feeds", "backend-7d9f8-x2k4q", "api").qos,
+        Some(QosClass::Burstable)
+    );
+    assert_eq!(
+        find(&snap, "web", "nginx-0", "nginx").qos,
+        Some(QosClass::BestEffort)
+    );
+    assert_eq!(
+        find(&snap, "db", "postgres-0", "postgres").qos,
+        Some(QosClass::Guaranteed)
+    );
+    let w = find(&snap, "web", "nginx-0", "nginx");
+    assert_eq!(w.container_id.as_deref(), Some(web.id.as_str()));
+    assert_eq!(w.pod_uid.as_deref(), Some(b.uid.as_str()));
+    // The log file number is kubelet's restart count.
+    assert_eq!(w.restarts_total, 2);
+    for w in &snap.workloads {
+        assert_eq!(w.processes.map(|p| p.value), Some(1), "{}", w.id);
+    }
+    assert_eq!(snap.pods.len(), 3);
+    let _ = sandbox;
+}
+
+#[test]
+fn zombies_are_counted_exactly_and_blamed_on_the_parent() {
+    let Some(mut n) = node() else { return };
+    let p = n.pod(Driver::Cgroupfs, QosClass::Burstable, "feeds", "backend-0");
+    let sup = n.container(&p, "supervisor", 0);
+    let quiet = n.container(&p, "quiet", 0);
+    let parent = n.spawn(&sup, &["--comm", "py (supervisor)", "zombies", "5"]);
+    n.spawn(&quiet, &["idle"]);
+    let mut agent = n.agent();
+
+    let snap = agent.tick();
+    let s = find(&snap, "feeds", "backend-0", "supervisor");
+    assert_eq!(s.zombies.map(|z| z.value), Some(5));
+    assert_eq!(
+        s.processes.map(|z| z.value),
+        Some(1),
+        "zombies leave cgroup.procs"
+    );
+    assert_eq!(s.zombie_parents.len(), 1);
+    assert_eq!(s.zombie_parents[0].pid, parent);
+    assert_eq!(s.zombie_parents[0].comm, "py (supervisor)");
+    assert_eq!(s.zombie_parents[0].zombies, 5);
+    assert_eq!(
+        find(&snap, "feeds", "backend-0", "quiet")
+            .zombies
+            .map(|z| z.value),
+        Some(0)
+    );
+    let text = metrics_text(&snap);
+    assert!(text.contains(&format!(
+        "nodeguard_container_zombies{{namespace=\"feeds\",pod=\"backend-0\",container=\"supervisor\"}} 5\n"
+    )), "{text}");
+    assert!(text.contains(&format!(
+        "nodeguard_container_zombie_parent_zombies{{namespace=\"feeds\",pod=\"backend-0\",container=\"supervisor\",parent_pid=\"{parent}\",parent_comm=\"py (supervisor)\"}} 5\n"
+    )), "{text}");
+
+    // Once the parent reaps and exits, the zombies are gone.
+    n.stop(parent);
+    let snap = agent.tick();
+    let s = find(&snap, "feeds", "backend-0", "supervisor");
+    assert_eq!(s.zombies.map(|z| z.value), Some(0));
+    assert_eq!(s.processes.map(|z| z.value), Some(0));
+    assert!(s.zombie_parents.is_empty());
+}
+
+#[test]
+fn memory_working_set_and_limit_on_the_real_controller() {
+    let Some(mut n) = node() else { return };
+    let p = n.pod(Driver::Systemd, QosClass::Burstable, "feeds", "mem-0");
+    let limited = n.container(&p, "limited", 0);
+    let unlimited = n.container(&p, "unlimited", 0);
+    n.set_memory_limit(&limited, 256 * MIB);
+    n.spawn(&limited, &["alloc", &(64 * MIB).to_string()]);
+    n.spawn(&unlimited, &["alloc", &(16 * MIB).to_string()]);
+
+    let snap = n.agent().tick();
+    let l = find(&snap, "feeds", "mem-0", "limited")
+        .memory
+        .expect("memory")
+        .value;
+    assert_eq!(l.limit_bytes, Some(256 * MIB));
+    // Allocated bytes plus the runtime of a small static binary (stack, libc, page tables).
+    assert!(
+        (64 * MIB..64 * MIB + 8 * MIB).contains(&l.working_set_bytes),
+        "working set {} not within [64, 72) MiB",
+        l.working_set_bytes
+    );
+    let u = find(&snap, "feeds", "mem-0", "unlimited")
+        .memory
+        .expect("memory")
+        .value;
+    assert_eq!(u.limit_bytes, None);
+    assert!(
+        (16 * MIB..24 * MIB).contains(&u.working_set_bytes),
+        "{}",
+        u.working_set_bytes
+    );
+
+    let text = metrics_text(&snap);
+    assert!(text.contains(&format!(
+        "nodeguard_container_memory_limit_bytes{{namespace=\"feeds\",pod=\"mem-0\",container=\"limited\"}} {}\n",
+        256 * MIB
+    )));
+    assert!(!text.contains("nodeguard_container_memory_limit_bytes{namespace=\"feeds\",pod=\"mem-0\",container=\"unlimited\"}"));
+}
+
+#[test]
+fn a_real_oom_kill_is_counted_and_kept_across_a_restart() {
+    let Some(mut n) = node() else { return };
+    let p = n.pod(Driver::Cgroupfs, QosClass::Burstable, "feeds", "oom-0");
+    let first = n.container(&p, "backend", 0);
+    let bystander = n.container(&p, "sidecar", 0);
+    n.spawn(&bystander, &["idle"]);
+    n.set_memory_limit(&first, 32 * MIB);
+    let mut agent = n.agent();
+    assert_eq!(
+        find(&agent.tick(), "feeds", "oom-0", "backend").oom_kills_total,
+        0
+    );
+
+    let st = n.run_to_exit(&first, &["oom", &(256 * MIB).to_string()]);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        st.signal(),
+        Some(9),
+        "the OOM killer ends it with SIGKILL: {st:?}"
+    );
+    let snap = agent.tick();
+    assert_eq!(find(&snap, "feeds", "oom-0", "backend").oom_kills_total, 1);
+    assert_eq!(find(&snap, "feeds", "oom-0", "sidecar").oom_kills_total, 0);
+
+    // The runtime removes the cgroup and starts a new container (new id, next log number).
+    n.remove_cgroup(&first);
+    let second = n.container(&p, "backend", 1);
+    n.set_memory_limit(&second, 32 * MIB);
+    let snap = agent.tick();
+    let b = find(&snap, "feeds", "oom-0", "backend");
+    assert_eq!(b.oom_kills_total, 1, "the total survives the new cgroup");
+    assert_eq!(b.restarts_total, 1);
+    n.run_to_exit(&second, &["oom", &(256 * MIB).to_string()]);
+    let snap = agent.tick();
+    let b = find(&snap, "feeds", "oom-0", "backend");
+    assert_eq!(b.oom_kills_total, 2);
+    assert_eq!(b.container_id.as_deref(), Some(second.id.as_str()));
+    let text = metrics_text(&snap);
+    assert!(text.contains(
+        "nodeguard_container_oom_kills_total{namespace=\"feeds\",pod=\"oom-0\",container=\"backend\"} 2\n"
+    ), "{text}");
+}
+
+#[test]
+fn log_lines_are_counted_through_rotation_and_restart() {
+    let Some(mut n) = node() else { return };
+    let p = n.pod(Driver::Systemd, QosClass::Burstable, "feeds", "chatty-0");
+    let c = n.container(&p, "relay", 0);
+    let q = n.container(&p, "quiet", 0);
+    n.spawn(&c, &["idle"]);
+    n.spawn(&q, &["idle"]);
+    // Present before the agent starts: counted in the total, not as a burst.
+    n.write_log(&c, "stdout", 10);
+    n.write_log(&c, "stderr", 4);
+    let mut agent = n.agent();
+    let snap = agent.tick();
+    let r = find(&snap, "feeds", "chatty-0", "relay");
+    assert_eq!(
+        (r.log_lines_total.stdout, r.log_lines_total.stderr),
+        (10, 4)
+    );
+    assert_eq!(r.log_lines_per_minute.total(), 0);
+
+    n.write_log(&c, "stderr", 600);
+    let snap = agent.tick();
+    let r = find(&snap, "feeds", "chatty-0", "relay");
+    assert_eq!(r.log_lines_total.stderr, 604);
+    assert_eq!(r.log_lines_per_minute.stderr, 600);
+
+    // kubelet rotation: rename, a few late lines land in the renamed file, new file starts.
+    let log = n.log_path(&c);
+    let rotated = log.with_extension("log.20260720-044601");
+    std::fs::rename(&log, &rotated).unwrap();
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&rotated)
+            .unwrap();
+        f.write_all(b"2026-07-20T04:46:02.000000000Z stderr F late line\n")
+            .unwrap();
+    }
+    std::fs::File::create(&log).unwrap();
+    n.write_log(&c, "stdout", 3);
+    let snap = agent.tick();
+    let r = find(&snap, "feeds", "chatty-0", "relay");
+    assert_eq!(
+        (r.log_lines_total.stdout, r.log_lines_total.stderr),
+        (13, 605)
+    );
+
+    // Restart: new container id, `1.log`.
+    n.remove_cgroup(&c);
+    let c2 = n.container(&p, "relay", 1);
+    n.write_log(&c2, "stderr", 2);
+    let snap = agent.tick();
+    let r = find(&snap, "feeds", "chatty-0", "relay");
+    assert_eq!(r.restarts_total, 1);
+    assert_eq!(
+        (r.log_lines_total.stdout, r.log_lines_total.stderr),
+        (13, 607)
+    );
+    let quiet = find(&snap, "feeds", "chatty-0", "quiet");
+    assert_eq!(quiet.log_lines_total.total(), 0);
+    assert_eq!(quiet.restarts_total, 0);
+    let text = metrics_text(&snap);
+    assert!(text.contains(
+        "nodeguard_container_log_lines_total{namespace=\"feeds\",pod=\"chatty-0\",container=\"relay\",stream=\"stderr\"} 607\n"
+    ), "{text}");
+    assert!(text.contains(
+        "nodeguard_container_restarts_total{namespace=\"feeds\",pod=\"chatty-0\",container=\"relay\"} 1\n"
+    ), "{text}");
+}
+
+#[test]
+fn vanished_containers_lose_their_series() {
+    let Some(mut n) = node() else { return };
+    let p = n.pod(Driver::Cgroupfs, QosClass::BestEffort, "tmp", "job-0");
+    let c = n.container_cgroup(&p, "worker", 0);
+    let pid = n.spawn(&c, &["idle"]);
+    let mut agent = n.agent();
+    let snap = agent.tick();
+    assert_eq!(snap.workloads.len(), 1);
+    n.stop(pid);
+    n.remove_cgroup(&c);
+    let snap = agent.tick();
+    assert!(snap.workloads.is_empty(), "{:?}", snap.workloads);
+    assert!(!metrics_text(&snap).contains("pod=\"job-0\""));
+}
+
+#[test]
+fn plain_host_cgroups_are_workloads_named_by_unit() {
+    let Some(mut n) = node() else { return };
+    n.mkdir("system.slice/demo.service/worker");
+    n.mkdir("system.slice/idle.service");
+    n.mkdir("batch/leaf");
+    let unit = common::Container {
+        pod: n.pod(Driver::Cgroupfs, QosClass::Guaranteed, "x", "y"),
+        name: "demo".into(),
+        id: String::new(),
+        restart: 0,
+        cgroup: "system.slice/demo.service/worker".into(),
+    };
+    let leaf = common::Container {
+        cgroup: "batch/leaf".into(),
+        ..unit.clone()
+    };
+    n.spawn(&unit, &["idle"]);
+    n.spawn(&unit, &["idle"]);
+    n.spawn(&leaf, &["idle"]);
+    let snap = n.agent().tick();
+    let units: Vec<(String, u64)> = snap
+        .workloads
+        .iter()
+        .filter(|w| w.kind == "unit")
+        .map(|w| {
+            (
+                w.id.container.clone(),
+                w.processes.map(|p| p.value).unwrap_or(99),
+            )
+        })
+        .collect();
+    assert_eq!(
+        units,
+        vec![
+            ("demo.service".to_string(), 2),
+            ("idle.service".to_string(), 0),
+            (format!("{}/batch/leaf", n.name), 1),
+        ]
+    );
+}
