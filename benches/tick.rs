@@ -1,0 +1,94 @@
+//! Cost of one full tick on a synthetic node the size of a busy Pi 5 (110 pods, 220 containers,
+//! ~2,000 processes, v2 layout), built in a temp dir so the bench never depends on the live host.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use nodeguard::agent::Agent;
+use nodeguard::clock::SystemClock;
+use nodeguard::config::Config;
+use nodeguard::export::metrics::{registry, render};
+use std::fs;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+const PODS: usize = 110;
+const CONTAINERS_PER_POD: usize = 2;
+const PROCS_PER_CONTAINER: usize = 9;
+
+fn write(p: &Path, s: &str) {
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, s).unwrap();
+}
+
+fn build_node(root: &Path) {
+    let cg = root.join("sys/fs/cgroup");
+    write(&cg.join("cgroup.controllers"), "cpu memory pids\n");
+    let mut pid = 1000;
+    for p in 0..PODS {
+        let uid = format!("{p:08x}-0000-4000-8000-000000000000");
+        let pod_dir = cg.join(format!(
+            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+            uid.replace('-', "_")
+        ));
+        write(
+            &pod_dir.join("memory.events"),
+            "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+        );
+        for c in 0..CONTAINERS_PER_POD {
+            let id = format!("{p:032x}{c:032x}");
+            let dir = pod_dir.join(format!("cri-containerd-{id}.scope"));
+            write(&dir.join("memory.current"), "157286400\n");
+            write(&dir.join("memory.max"), "536870912\n");
+            write(&dir.join("memory.stat"), "anon 104857600\nfile 52428800\nkernel 1048576\nactive_file 20000000\ninactive_file 32428800\n");
+            write(
+                &dir.join("memory.events"),
+                "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+            );
+            let mut procs = String::new();
+            for _ in 0..PROCS_PER_CONTAINER {
+                procs.push_str(&format!("{pid}\n"));
+                write(
+                    &root.join(format!("proc/{pid}/stat")),
+                    &format!("{pid} (worker) S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"),
+                );
+                pid += 1;
+            }
+            write(&dir.join("cgroup.procs"), &procs);
+            let name = format!("c{c}");
+            let log = root.join(format!("var/log/pods/ns{p}_pod{p}_{uid}/{name}/0.log"));
+            let mut lines = String::new();
+            for i in 0..100 {
+                lines.push_str(&format!("2026-07-20T04:46:01.{i:09}Z stderr F line {i}\n"));
+            }
+            write(&log, &lines);
+            write(
+                &root.join(format!("var/log/containers/pod{p}_ns{p}_{name}-{id}.log")),
+                "",
+            );
+        }
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    build_node(dir.path());
+    let r = dir.path().display();
+    let cfg = Config::from_yaml(&format!(
+        "paths:\n  proc: {r}/proc\n  cgroup: {r}/sys/fs/cgroup\n  pod_logs: {r}/var/log/pods\n  container_logs: {r}/var/log/containers\n"
+    ))
+    .unwrap();
+    let mut agent = Agent::new(cfg, Arc::new(SystemClock)).unwrap();
+    let first = agent.tick();
+    assert_eq!(first.workloads.len(), PODS * CONTAINERS_PER_POD);
+    c.bench_function("tick_220_containers_v2_fixture", |b| {
+        b.iter(|| agent.tick())
+    });
+
+    let shared = Arc::new(RwLock::new(Arc::new(agent.tick())));
+    let reg = registry(shared);
+    c.bench_function("render_metrics_220_containers", |b| {
+        b.iter(|| render(&reg).unwrap())
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
