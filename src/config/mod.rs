@@ -152,7 +152,7 @@ impl Config {
             match key.as_str() {
                 Some(k) if SECTIONS.contains(&k) => {}
                 _ => errs.push(FieldError {
-                    path: format!("{}", yaml_key(key)),
+                    path: yaml_key(key),
                     message: format!("unknown field, expected one of: {}", SECTIONS.join(", ")),
                 }),
             }
@@ -296,15 +296,19 @@ mod tests {
         let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
         assert!(paths.contains(&"bogus"), "{paths:?}");
         assert!(paths.contains(&"interval"), "{paths:?}");
-        assert!(paths.contains(&"paths"), "{paths:?}");
+        assert!(paths.contains(&"paths.cgroups"), "{paths:?}");
         assert!(paths.contains(&"listen"), "{paths:?}");
         assert!(
             paths.contains(&"samplers.logs.max_bytes_per_tick"),
             "{paths:?}"
         );
         assert!(paths.contains(&"discovery.scopes[0]"), "{paths:?}");
-        let unknown = errs.iter().find(|e| e.path == "paths").unwrap();
-        assert!(unknown.message.contains("cgroups"), "{}", unknown.message);
+        let unknown = errs.iter().find(|e| e.path == "paths.cgroups").unwrap();
+        assert!(
+            unknown.message.contains("unknown field"),
+            "{}",
+            unknown.message
+        );
     }
 
     #[test]

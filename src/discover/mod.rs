@@ -116,8 +116,15 @@ impl Discovery {
             let rel = dirs[i].clone();
             let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
             if let Some(k) = kubelet::kubepods_index(&comps) {
+                let end = subtree_end(&dirs, i);
                 if let Some(kc) = kubelet::parse(&comps[k..]) {
-                    self.classify_kube(kc, &rel, &index, &mut inv, &mut seen_ids)?;
+                    let is_container = matches!(kc, KubeCgroup::Container { .. });
+                    self.classify_kube(kc, &dirs[i..end], &index, &mut inv, &mut seen_ids)?;
+                    // A container's nested cgroups (dind, systemd-in-container) belong to it.
+                    if is_container {
+                        i = end;
+                        continue;
+                    }
                 }
                 i += 1;
                 continue;
@@ -153,14 +160,16 @@ impl Discovery {
         Ok(inv)
     }
 
+    /// `subtree` is the cgroup itself followed by its descendants.
     fn classify_kube(
         &mut self,
         kc: KubeCgroup,
-        rel: &str,
+        subtree: &[String],
         index: &NameIndex,
         inv: &mut Inventory,
         seen_ids: &mut Vec<String>,
     ) -> Result<(), ReadError> {
+        let rel = subtree[0].as_str();
         match kc {
             KubeCgroup::Pod { qos, uid } => {
                 let (namespace, pod) = pod_names(index, &uid);
@@ -199,7 +208,7 @@ impl Discovery {
                         qos,
                     },
                     cgroup: rel.to_owned(),
-                    subtree: vec![rel.to_owned()],
+                    subtree: subtree.to_vec(),
                 });
             }
             KubeCgroup::QosLevel | KubeCgroup::PodHelper => {}

@@ -4,6 +4,7 @@
 pub mod health;
 pub mod logs;
 pub mod memory;
+pub mod net;
 pub mod procs;
 pub mod selfstat;
 
@@ -154,9 +155,7 @@ impl Samplers {
                     // Only meaningful where workloads live in the v2 tree under the same path.
                     unified.as_ref()?;
                     let path = table.unified_path(pid).ok().flatten()?;
-                    workloads
-                        .iter()
-                        .position(|w| w.subtree.iter().any(|s| *s == path))
+                    workloads.iter().position(|w| w.subtree.contains(&path))
                 });
                 for (i, z) in zombies {
                     let s = summaries.entry(i).or_default();

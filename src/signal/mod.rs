@@ -83,8 +83,20 @@ impl Tracker {
         for (i, w) in inv.workloads.iter().enumerate() {
             live.entry(&w.id).or_default().push(i);
         }
-        let logs: HashMap<&WorkloadId, &ContainerLogSample> =
-            tick.logs.iter().flatten().map(|s| (&s.id, s)).collect();
+        // A pod recreated under the same name (StatefulSet) can briefly have two log dirs: sum.
+        let mut logs: HashMap<&WorkloadId, ContainerLogSample> = HashMap::new();
+        for s in tick.logs.iter().flatten() {
+            match logs.get_mut(&s.id) {
+                Some(acc) => {
+                    acc.new_lines.add(&s.new_lines);
+                    acc.backlog_lines.add(&s.backlog_lines);
+                    acc.max_restart_number = acc.max_restart_number.max(s.max_restart_number);
+                }
+                None => {
+                    logs.insert(&s.id, s.clone());
+                }
+            }
+        }
 
         let mut restarted: HashMap<&str, Vec<WorkloadId>> = HashMap::new();
         let mut oom_seen_by_pod: HashMap<&str, u64> = HashMap::new();

@@ -48,6 +48,8 @@ pub struct Container {
 
 struct Proc {
     pid: u32,
+    /// Cgroup (relative to the test parent) it was started in.
+    cgroup: String,
     child: Child,
     stdin: Option<ChildStdin>,
 }
@@ -292,7 +294,12 @@ impl TestNode {
             .and_then(|p| p.trim().parse().ok())
             .unwrap_or_else(|| panic!("testload {args:?} did not get ready: {line:?}"));
         let stdin = child.stdin.take();
-        self.procs.push(Proc { pid, child, stdin });
+        self.procs.push(Proc {
+            pid,
+            cgroup: c.cgroup.clone(),
+            child,
+            stdin,
+        });
         pid
     }
 
@@ -332,8 +339,12 @@ impl TestNode {
         }
     }
 
-    /// Removes a container's cgroup (after stopping what runs in it), as the runtime does.
+    /// Stops what runs in a container's cgroup and removes the cgroup, as the runtime does.
     pub fn remove_cgroup(&mut self, c: &Container) {
+        let (gone, kept): (Vec<Proc>, Vec<Proc>) =
+            self.procs.drain(..).partition(|p| p.cgroup == c.cgroup);
+        self.procs = kept;
+        gone.into_iter().for_each(finish);
         let rel = self.rel(&c.cgroup);
         for h in &self.hierarchies {
             rmdir_retry(&h.join(rel.trim_start_matches('/')));
