@@ -346,10 +346,14 @@ impl TestNode {
         self.procs = kept;
         gone.into_iter().for_each(finish);
         let rel = self.rel(&c.cgroup);
+        let mut removed = true;
         for h in &self.hierarchies {
-            rmdir_retry(&h.join(rel.trim_start_matches('/')));
+            removed &= rmdir_retry(&h.join(rel.trim_start_matches('/')));
         }
-        self.created.retain(|p| *p != rel);
+        // Whatever could not go now is retried on drop.
+        if removed {
+            self.created.retain(|p| *p != rel);
+        }
     }
 }
 
@@ -367,15 +371,15 @@ fn finish(mut p: Proc) {
     let _ = p.child.wait();
 }
 
-fn rmdir_retry(p: &Path) {
+fn rmdir_retry(p: &Path) -> bool {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         match std::fs::remove_dir(p) {
-            Ok(()) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Ok(()) => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
             Err(e) if Instant::now() > deadline => {
                 eprintln!("cleanup: cannot remove {}: {e}", p.display());
-                return;
+                return false;
             }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
@@ -392,7 +396,7 @@ impl Drop for TestNode {
         dirs.sort_by_key(|d| std::cmp::Reverse(d.matches('/').count()));
         for d in dirs {
             for h in &self.hierarchies {
-                rmdir_retry(&h.join(d.trim_start_matches('/')));
+                let _ = rmdir_retry(&h.join(d.trim_start_matches('/')));
             }
         }
     }
