@@ -9,11 +9,12 @@ use crate::export::metrics::{self, SharedSnapshot};
 use crate::export::server::{self, Endpoints};
 use crate::sample::logs::LogTailer;
 use crate::sample::memory::MemoryReader;
+use crate::sample::net::sampler::{ConntrackSettings, NetSampler};
 use crate::sample::procs::ProcTable;
 use crate::sample::selfstat::SelfReader;
 use crate::sample::Samplers;
 use crate::signal::Tracker;
-use crate::snapshot::{AgentStats, Snapshot};
+use crate::snapshot::{AgentStats, DumpStatus, NodeConntrack, Snapshot};
 use std::sync::{Arc, RwLock};
 use std::time::UNIX_EPOCH;
 
@@ -68,6 +69,17 @@ impl Agent {
             s.logs
                 .enabled
                 .then(|| LogTailer::new(p.pod_logs.clone(), s.logs.max_bytes_per_tick)),
+            NetSampler::new(
+                p.proc.clone(),
+                s.sockets.enabled,
+                s.conntrack.enabled.then(|| ConntrackSettings {
+                    trigger: s.conntrack.dump_trigger,
+                    interval: s.conntrack.dump_interval,
+                    host_netns: (!s.conntrack.host_netns.as_os_str().is_empty())
+                        .then(|| s.conntrack.host_netns.clone()),
+                }),
+                clock.clone(),
+            ),
         );
         let node = if config.node_name.is_empty() {
             std::env::var("NODE_NAME").unwrap_or_default()
@@ -98,6 +110,7 @@ impl Agent {
         let raw = self.samplers.sample();
         let now = self.clock.now();
         let (workloads, pods) = self.tracker.update(now, &raw);
+        let net = raw.net.as_ref();
         self.ticks += 1;
         let own = self.selfstat.read().ok().flatten().unwrap_or_default();
         let end = self.clock.now();
@@ -107,6 +120,17 @@ impl Agent {
             cgroup_layout: self.layout.name().to_owned(),
             workloads,
             pods,
+            node_conntrack: net
+                .and_then(|n| n.node_conntrack)
+                .map(|(entries, limit)| NodeConntrack { entries, limit }),
+            conntrack_dump: net.and_then(|n| n.dump.as_ref()).map(|d| DumpStatus {
+                age_seconds: now.saturating_duration_since(d.finished).as_secs_f64(),
+                duration_seconds: d.duration.as_secs_f64(),
+                entries: d.entries,
+                attributed: d.attributed,
+                restarts: d.restarts,
+            }),
+            features: net.map(|n| n.features.clone()).unwrap_or_default(),
             samplers: self
                 .samplers
                 .health

@@ -68,6 +68,7 @@ pub fn main() -> ExitCode {
                 }
             };
             init_tracing();
+            raise_fd_limit();
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .max_blocking_threads(2)
@@ -88,6 +89,21 @@ pub fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// The log tailer keeps one descriptor per container log (about 660 on a 110-pod node), above the
+/// common soft limit of 1024 once sockets and /proc reads are added: use the hard limit.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(error = %e, soft, hard, "cannot raise the open file limit");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the open file limit"),
     }
 }
 

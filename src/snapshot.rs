@@ -6,6 +6,8 @@ use crate::sample::logs::LineCounts;
 use crate::sample::procs::ZombieParent;
 use crate::workload::WorkloadId;
 use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Snapshot {
@@ -15,6 +17,12 @@ pub struct Snapshot {
     pub cgroup_layout: String,
     pub workloads: Vec<WorkloadSignals>,
     pub pods: Vec<PodSignals>,
+    /// The node's conntrack table (the agent's network namespace: the host's under hostNetwork).
+    pub node_conntrack: Option<NodeConntrack>,
+    /// The last host-scope conntrack dump, if one was made.
+    pub conntrack_dump: Option<DumpStatus>,
+    /// Features that depend on capabilities or kernel support.
+    pub features: Vec<Feature>,
     pub samplers: Vec<SamplerStatus>,
     pub agent: AgentStats,
 }
@@ -45,7 +53,52 @@ pub struct WorkloadSignals {
     pub log_lines_total: LineCounts,
     pub log_lines_per_minute: LineCounts,
     pub restarts_total: u64,
-    // Network signals (sockets, conntrack) join here: see docs/design.md.
+    /// TCP/UDP sockets reachable from the workload's own file descriptors.
+    pub sockets: Option<Held<SocketCounts>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SocketCounts {
+    pub tcp: u64,
+    pub udp: u64,
+    /// TCP sockets by state name (`established`, `listen`, ...).
+    pub tcp_states: BTreeMap<&'static str, u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct NodeConntrack {
+    pub entries: u64,
+    pub limit: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DumpStatus {
+    pub age_seconds: f64,
+    pub duration_seconds: f64,
+    pub entries: u64,
+    /// Entries matched to a pod address.
+    pub attributed: u64,
+    pub restarts: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Feature {
+    pub name: &'static str,
+    pub available: bool,
+    /// Why it is off, when it is.
+    pub reason: Option<String>,
+}
+
+/// Per-netns socket totals from `sockstat`: everything in the pod's namespace, including sockets
+/// no process holds (TIME_WAIT, orphans).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct NetnsSockets {
+    pub tcp_inuse: u64,
+    pub tcp_time_wait: u64,
+    pub tcp_orphan: u64,
+    pub udp_inuse: u64,
+    pub tcp6_inuse: u64,
+    pub udp6_inuse: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -62,6 +115,15 @@ pub struct PodSignals {
     pub uid: String,
     /// Hierarchical OOM kills of the pod cgroup (v2 only: v1 counts them per cgroup, locally).
     pub oom_kills_total: Option<u64>,
+    /// The pod shares the node's network namespace (`hostNetwork: true`).
+    pub host_network: Option<bool>,
+    /// Conntrack entries in the pod's own network namespace.
+    pub netns_conntrack_entries: Option<u64>,
+    /// Entries of the node's table whose addresses are the pod's (last dump).
+    pub host_conntrack_entries: Option<u64>,
+    pub netns_sockets: Option<NetnsSockets>,
+    /// The pod's local addresses, used to attribute the node's conntrack entries.
+    pub addresses: Vec<IpAddr>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

@@ -209,7 +209,15 @@ fn assert_samplers_clean(snap: &Snapshot) {
         .collect();
     assert_eq!(
         got,
-        ["discovery", "memory", "processes", "logs"].map(|n| (n, true, true, vec![]))
+        [
+            "discovery",
+            "memory",
+            "processes",
+            "logs",
+            "sockets",
+            "conntrack"
+        ]
+        .map(|n| (n, true, true, vec![]))
     );
 }
 
@@ -323,6 +331,12 @@ fn v2_systemd_snapshot() {
         pod: name.into(),
         uid: uid.into(),
         oom_kills_total: Some(oom),
+        // The fixtures carry no network namespaces: the network columns stay empty.
+        host_network: None,
+        netns_conntrack_entries: None,
+        host_conntrack_entries: None,
+        netns_sockets: None,
+        addresses: vec![],
     };
     assert_eq!(
         snap.pods,
@@ -648,6 +662,11 @@ fn v1_cgroupfs_snapshot() {
         pod: name.into(),
         uid: uid.into(),
         oom_kills_total: None,
+        host_network: None,
+        netns_conntrack_entries: None,
+        host_conntrack_entries: None,
+        netns_sockets: None,
+        addresses: vec![],
     };
     assert_eq!(
         snap.pods,
@@ -786,6 +805,11 @@ fn hybrid_systemd_snapshot() {
         pod: name.into(),
         uid: uid.into(),
         oom_kills_total: None,
+        host_network: None,
+        netns_conntrack_entries: None,
+        host_conntrack_entries: None,
+        netns_sockets: None,
+        addresses: vec![],
     };
     assert_eq!(
         snap.pods,

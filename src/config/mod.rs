@@ -95,12 +95,39 @@ impl Default for LogsSampler {
     }
 }
 
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConntrackSampler {
+    pub enabled: bool,
+    /// Host-scope attribution (a dump of the node's table) runs only at or above this fraction
+    /// of `nf_conntrack_max`; below it, only O(1) counters are read.
+    pub dump_trigger: f64,
+    /// Minimum time between two dumps; a dump never overlaps the previous one.
+    #[serde(with = "humantime_serde")]
+    pub dump_interval: Duration,
+    /// Network namespace file whose table is dumped; empty: the agent's own.
+    pub host_netns: PathBuf,
+}
+
+impl Default for ConntrackSampler {
+    fn default() -> Self {
+        ConntrackSampler {
+            enabled: true,
+            dump_trigger: 0.5,
+            dump_interval: Duration::from_secs(30),
+            host_netns: PathBuf::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Samplers {
     pub memory: Toggle,
     pub processes: Toggle,
     pub logs: LogsSampler,
+    pub sockets: Toggle,
+    pub conntrack: ConntrackSampler,
 }
 
 /// The validated configuration.
@@ -208,6 +235,25 @@ impl Config {
                     message: format!("{s:?} must be an absolute cgroup path without '..'"),
                 });
             }
+        }
+        let ct = &samplers.conntrack;
+        if !(0.0..=1.0).contains(&ct.dump_trigger) {
+            errs.push(FieldError {
+                path: "samplers.conntrack.dump_trigger".into(),
+                message: format!("{} is not a fraction in 0..=1", ct.dump_trigger),
+            });
+        }
+        if ct.dump_interval < Duration::from_secs(1) {
+            errs.push(FieldError {
+                path: "samplers.conntrack.dump_interval".into(),
+                message: format!("{:?} is below 1s", ct.dump_interval),
+            });
+        }
+        if !ct.host_netns.as_os_str().is_empty() && !ct.host_netns.is_absolute() {
+            errs.push(FieldError {
+                path: "samplers.conntrack.host_netns".into(),
+                message: format!("{} must be an absolute path", ct.host_netns.display()),
+            });
         }
         if samplers.logs.max_bytes_per_tick == 0 {
             errs.push(FieldError {

@@ -233,6 +233,150 @@ impl Collector for SnapshotCollector {
                 Some((lb, p.oom_kills_total?))
             }),
         )?;
+        let pl = |p: &crate::snapshot::PodSignals| {
+            let mut lb: Labels = vec![("namespace", p.namespace.clone()), ("pod", p.pod.clone())];
+            lb.extend(node.iter().cloned());
+            lb
+        };
+        family(
+            &mut enc,
+            "container_sockets",
+            "TCP/UDP sockets held by the container's own file descriptors.",
+            Gauge,
+            ws.iter().flat_map(|w| {
+                w.sockets.iter().flat_map(move |s| {
+                    [
+                        (with(l(w), "protocol", "tcp"), s.value.tcp),
+                        (with(l(w), "protocol", "udp"), s.value.udp),
+                    ]
+                })
+            }),
+        )?;
+        family(
+            &mut enc,
+            "container_tcp_sockets",
+            "TCP sockets held by the container, by state.",
+            Gauge,
+            ws.iter().flat_map(|w| {
+                w.sockets.iter().flat_map(move |s| {
+                    s.value
+                        .tcp_states
+                        .iter()
+                        .map(move |(st, n)| (with(l(w), "state", *st), *n))
+                })
+            }),
+        )?;
+        family(
+            &mut enc,
+            "node_conntrack_entries",
+            "Entries in the node's conntrack table.",
+            Gauge,
+            s.node_conntrack.iter().map(|c| (node.clone(), c.entries)),
+        )?;
+        family(
+            &mut enc,
+            "node_conntrack_limit",
+            "nf_conntrack_max.",
+            Gauge,
+            s.node_conntrack.iter().map(|c| (node.clone(), c.limit)),
+        )?;
+        family(&mut enc, "pod_conntrack_entries",
+            "Conntrack entries of a pod: in its own netns (scope=pod_netns), and in the node's table by pod address (scope=host, only while a dump is fresh).", Gauge,
+            s.pods.iter().flat_map(|p| {
+                let own = p.netns_conntrack_entries.map(|v| (with(pl(p), "scope", "pod_netns"), v));
+                let host = p.host_conntrack_entries.map(|v| (with(pl(p), "scope", "host"), v));
+                own.into_iter().chain(host)
+            }))?;
+        family(
+            &mut enc,
+            "pod_netns_sockets",
+            "Sockets in use in the pod's network namespace (sockstat), whoever holds them.",
+            Gauge,
+            s.pods.iter().flat_map(|p| {
+                p.netns_sockets.iter().flat_map(move |n| {
+                    [
+                        (with(pl(p), "protocol", "tcp"), n.tcp_inuse),
+                        (with(pl(p), "protocol", "udp"), n.udp_inuse),
+                        (with(pl(p), "protocol", "tcp6"), n.tcp6_inuse),
+                        (with(pl(p), "protocol", "udp6"), n.udp6_inuse),
+                    ]
+                })
+            }),
+        )?;
+        family(
+            &mut enc,
+            "pod_netns_tcp_time_wait",
+            "TCP sockets in TIME_WAIT in the pod's network namespace.",
+            Gauge,
+            s.pods
+                .iter()
+                .filter_map(|p| Some((pl(p), p.netns_sockets?.tcp_time_wait))),
+        )?;
+        family(
+            &mut enc,
+            "pod_netns_tcp_orphans",
+            "Orphaned TCP sockets (no process holds them) in the pod's network namespace.",
+            Gauge,
+            s.pods
+                .iter()
+                .filter_map(|p| Some((pl(p), p.netns_sockets?.tcp_orphan))),
+        )?;
+        family(
+            &mut enc,
+            "pod_host_network",
+            "1 for pods sharing the node's network namespace (hostNetwork).",
+            Gauge,
+            s.pods
+                .iter()
+                .filter(|p| p.host_network == Some(true))
+                .map(|p| (pl(p), 1u64)),
+        )?;
+        family(
+            &mut enc,
+            "conntrack_dump_entries",
+            "Entries in the last host-scope conntrack dump.",
+            Gauge,
+            s.conntrack_dump.iter().map(|d| (node.clone(), d.entries)),
+        )?;
+        family(
+            &mut enc,
+            "conntrack_dump_attributed_entries",
+            "Entries of the last dump matched to a pod address.",
+            Gauge,
+            s.conntrack_dump
+                .iter()
+                .map(|d| (node.clone(), d.attributed)),
+        )?;
+        family(
+            &mut enc,
+            "conntrack_dump_duration_seconds",
+            "Duration of the last dump.",
+            Gauge,
+            s.conntrack_dump
+                .iter()
+                .map(|d| (node.clone(), d.duration_seconds)),
+        )?;
+        family(
+            &mut enc,
+            "conntrack_dump_age_seconds",
+            "Seconds since the last dump finished.",
+            Gauge,
+            s.conntrack_dump
+                .iter()
+                .map(|d| (node.clone(), d.age_seconds)),
+        )?;
+        family(
+            &mut enc,
+            "feature_available",
+            "1 when a capability-dependent feature works, 0 when it switched itself off.",
+            Gauge,
+            s.features.iter().map(|f| {
+                (
+                    with(node.clone(), "feature", f.name),
+                    u64::from(f.available),
+                )
+            }),
+        )?;
         family(
             &mut enc,
             "workloads",

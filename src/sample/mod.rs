@@ -14,6 +14,7 @@ use crate::error::ReadError;
 use health::SamplerHealth;
 use logs::{ContainerLogSample, LogTailer};
 use memory::{MemoryReader, MemorySample};
+use net::sampler::{NetSample, NetSampler};
 use procs::{ProcSummary, ProcTable};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,9 +27,13 @@ pub struct TickSample {
     pub memory: Vec<Result<Option<MemorySample>, ()>>,
     /// Pod cgroups' memory files; only read where OOM counts are hierarchical (v2).
     pub pod_memory: Vec<Option<MemorySample>>,
+    /// Pids of each workload (its subtree's `cgroup.procs`).
+    pub pids: Vec<Vec<u32>>,
     /// `None` when the process sampler is off or failed as a whole.
     pub procs: Option<HashMap<usize, ProcSummary>>,
     pub logs: Option<Vec<ContainerLogSample>>,
+    /// `None` when both network samplers are off.
+    pub net: Option<NetSample>,
 }
 
 pub struct Samplers {
@@ -38,6 +43,7 @@ pub struct Samplers {
     memory: Option<MemoryReader>,
     procs: Option<ProcTable>,
     logs: Option<LogTailer>,
+    net: NetSampler,
     last_inventory: Inventory,
     pub health: Vec<SamplerHealth>,
 }
@@ -46,6 +52,8 @@ const DISCOVERY: usize = 0;
 const MEMORY: usize = 1;
 const PROCESSES: usize = 2;
 const LOGS: usize = 3;
+const SOCKETS: usize = 4;
+const CONNTRACK: usize = 5;
 
 impl Samplers {
     pub fn new(
@@ -55,12 +63,15 @@ impl Samplers {
         memory: Option<MemoryReader>,
         procs: Option<ProcTable>,
         logs: Option<LogTailer>,
+        net: NetSampler,
     ) -> Self {
         let health = vec![
             SamplerHealth::new("discovery", true),
             SamplerHealth::new("memory", memory.is_some()),
             SamplerHealth::new("processes", procs.is_some()),
             SamplerHealth::new("logs", logs.is_some()),
+            SamplerHealth::new("sockets", net.sockets_enabled()),
+            SamplerHealth::new("conntrack", net.conntrack_enabled()),
         ];
         Samplers {
             clock,
@@ -69,6 +80,7 @@ impl Samplers {
             memory,
             procs,
             logs,
+            net,
             last_inventory: Inventory::default(),
             health,
         }
@@ -94,6 +106,7 @@ impl Samplers {
         };
         self.sample_memory(&mut tick);
         self.sample_procs(&mut tick);
+        self.sample_net(&mut tick);
         if let Some(tailer) = &mut self.logs {
             let t = clock.now();
             let (samples, errors) = tailer.sample();
@@ -126,34 +139,43 @@ impl Samplers {
         self.health[MEMORY].finish(t, self.clock.now(), &errors, true);
     }
 
+    /// Lists each workload's pids, then scans /proc for zombies.
     fn sample_procs(&mut self, tick: &mut TickSample) {
-        let Some(table) = &self.procs else { return };
+        let needed =
+            self.procs.is_some() || self.net.sockets_enabled() || self.net.conntrack_enabled();
+        if !needed {
+            return;
+        }
         let t = self.clock.now();
         let primary = self.layout.primary();
         let mut errors: Vec<ReadError> = Vec::new();
         let mut owner_of = HashMap::new();
         let mut summaries: HashMap<usize, ProcSummary> = HashMap::new();
         for (i, w) in tick.inventory.workloads.iter().enumerate() {
-            let mut n = 0;
+            let mut pids = Vec::new();
             for rel in &w.subtree {
                 match read_procs(&primary, rel) {
-                    Ok(pids) => {
-                        n += pids.len() as u64;
-                        owner_of.extend(pids.into_iter().map(|p| (p, i)));
-                    }
+                    Ok(p) => pids.extend(p),
                     Err(e) => errors.push(e),
                 }
             }
-            summaries.entry(i).or_default().processes = n;
+            owner_of.extend(pids.iter().map(|&p| (p, i)));
+            summaries.entry(i).or_default().processes = pids.len() as u64;
+            tick.pids.push(pids);
         }
+        let Some(table) = &self.procs else {
+            return;
+        };
         match table.scan() {
             Ok((entries, scan_errors)) => {
                 errors.extend(scan_errors);
-                let unified = self.layout.unified().map(|p| p.to_path_buf());
+                let has_unified = self.layout.unified().is_some();
                 let workloads = &tick.inventory.workloads;
                 let zombies = procs::attribute_zombies(&entries, &owner_of, |pid| {
                     // Only meaningful where workloads live in the v2 tree under the same path.
-                    unified.as_ref()?;
+                    if !has_unified {
+                        return None;
+                    }
                     let path = table.unified_path(pid).ok().flatten()?;
                     workloads.iter().position(|w| w.subtree.contains(&path))
                 });
@@ -170,5 +192,27 @@ impl Samplers {
                 self.health[PROCESSES].finish(t, self.clock.now(), &errors, false);
             }
         }
+    }
+
+    fn sample_net(&mut self, tick: &mut TickSample) {
+        if !self.net.sockets_enabled() && !self.net.conntrack_enabled() {
+            return;
+        }
+        let t = self.clock.now();
+        let (mut sock_errors, mut ct_errors) = (Vec::new(), Vec::new());
+        let net = self.net.sample(
+            &tick.inventory,
+            &tick.pids,
+            &mut sock_errors,
+            &mut ct_errors,
+        );
+        let end = self.clock.now();
+        if self.net.sockets_enabled() {
+            self.health[SOCKETS].finish(t, end, &sock_errors, true);
+        }
+        if self.net.conntrack_enabled() {
+            self.health[CONNTRACK].finish(t, end, &ct_errors, true);
+        }
+        tick.net = Some(net);
     }
 }

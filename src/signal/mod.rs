@@ -10,7 +10,7 @@ use crate::sample::logs::{ContainerLogSample, LineCounts};
 use crate::sample::memory::MemorySample;
 use crate::sample::procs::ProcSummary;
 use crate::sample::TickSample;
-use crate::snapshot::{Held, MemoryValues, PodSignals, WorkloadSignals};
+use crate::snapshot::{Held, MemoryValues, PodSignals, SocketCounts, WorkloadSignals};
 use crate::workload::WorkloadId;
 use rate::RateWindow;
 use restarts::RestartTracker;
@@ -268,6 +268,7 @@ impl Tracker {
                     malformed: 0,
                 },
                 restarts_total: st.restarts.total(),
+                sockets: sockets_of(tick, live.get(id).map(Vec::as_slice)),
             });
         }
         (out, pods)
@@ -308,14 +309,38 @@ impl Tracker {
             if raw.is_some() {
                 st.oom_raw = raw;
             }
+            let net = tick.net.as_ref().and_then(|n| n.pods.get(&p.uid));
             out.push(PodSignals {
                 namespace: p.namespace.clone(),
                 pod: p.pod.clone(),
                 uid: p.uid.clone(),
                 oom_kills_total: raw,
+                host_network: net.map(|n| n.host_network),
+                netns_conntrack_entries: net.and_then(|n| n.netns_conntrack_entries),
+                host_conntrack_entries: net.and_then(|n| n.host_conntrack_entries),
+                netns_sockets: net.and_then(|n| n.netns_sockets),
+                addresses: net.map(|n| n.addresses.clone()).unwrap_or_default(),
             });
         }
         self.pods.retain(|uid, _| live.contains(uid));
         out
     }
+}
+
+/// Sockets are a gauge of the live instances: summed over them, nothing carried across ticks.
+fn sockets_of(tick: &TickSample, idxs: Option<&[usize]>) -> Option<Held<SocketCounts>> {
+    let by_workload = tick.net.as_ref()?.sockets.as_ref()?;
+    let mut sum = SocketCounts::default();
+    for i in idxs? {
+        let c = by_workload.get(i)?;
+        sum.tcp += c.tcp;
+        sum.udp += c.udp;
+        for (state, n) in &c.tcp_states {
+            *sum.tcp_states.entry(state).or_default() += n;
+        }
+    }
+    Some(Held {
+        value: sum,
+        stale: false,
+    })
 }

@@ -5,5 +5,8 @@
 pub mod addrs;
 pub mod conntrack;
 pub mod ctnetlink;
+pub mod dump;
 pub mod inet;
+pub mod sampler;
+pub mod sockets;
 pub mod sockstat;

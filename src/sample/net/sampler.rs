@@ -1,0 +1,387 @@
+//! The per-tick network pass: sockets per workload (ownership), per-pod netns totals and
+//! conntrack entries (O(1) per pod), the node's conntrack usage, and, above a trigger, the
+//! host-scope attribution of the node's table by pod address (on the dump worker).
+
+use super::addrs::{parse_fib_trie_locals, parse_if_inet6};
+use super::conntrack::{netns_entries, NodeConntrack};
+use super::ctnetlink::CtError;
+use super::dump::{DumpOutcome, DumpResult, DumpWorker};
+use super::sockets::{classify_netns, netns_of, FdWalker};
+use super::sockstat::{parse_sockstat, parse_sockstat6};
+use crate::clock::Clock;
+use crate::discover::{Inventory, WorkloadKind};
+use crate::error::{ErrorKind, ReadError};
+use crate::fsio::{parse_optional, read_optional};
+use crate::snapshot::{Feature, NetnsSockets, SocketCounts};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct ConntrackSettings {
+    pub trigger: f64,
+    pub interval: Duration,
+    pub host_netns: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PodNet {
+    pub host_network: bool,
+    pub netns_conntrack_entries: Option<u64>,
+    pub netns_sockets: Option<NetnsSockets>,
+    pub addresses: Vec<IpAddr>,
+    pub host_conntrack_entries: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+pub struct NetSample {
+    /// By workload index; `None` when the socket sampler is off.
+    pub sockets: Option<HashMap<usize, SocketCounts>>,
+    /// By pod uid.
+    pub pods: HashMap<String, PodNet>,
+    pub node_conntrack: Option<(u64, u64)>,
+    /// The last completed dump, while fresh enough to stand for the current table.
+    pub dump: Option<DumpResult>,
+    pub features: Vec<Feature>,
+}
+
+struct ConntrackState {
+    settings: ConntrackSettings,
+    node: NodeConntrack,
+    worker: Option<DumpWorker>,
+    last_request: Option<Instant>,
+    seen_seq: u64,
+    dump: Option<DumpResult>,
+    dump_denied: Option<String>,
+}
+
+pub struct NetSampler {
+    proc_root: PathBuf,
+    walker: FdWalker,
+    sockets: bool,
+    conntrack: Option<ConntrackState>,
+    clock: Arc<dyn Clock>,
+    host_netns: Option<u64>,
+    features: HashMap<&'static str, Feature>,
+    buf: Vec<u8>,
+}
+
+impl NetSampler {
+    pub fn new(
+        proc_root: PathBuf,
+        sockets: bool,
+        conntrack: Option<ConntrackSettings>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        // The node's namespace is pid 1's (hostPID); the agent's own is the fallback.
+        let host_netns = netns_of(&proc_root.join("1/ns/net"))
+            .ok()
+            .flatten()
+            .or_else(|| netns_of(&proc_root.join("self/ns/net")).ok().flatten());
+        let conntrack = conntrack.map(|settings| ConntrackState {
+            node: NodeConntrack::new(proc_root.clone()),
+            worker: None,
+            last_request: None,
+            seen_seq: 0,
+            dump: None,
+            dump_denied: None,
+            settings,
+        });
+        NetSampler {
+            walker: FdWalker::new(proc_root.clone()),
+            proc_root,
+            sockets,
+            conntrack,
+            clock,
+            host_netns,
+            features: HashMap::new(),
+            buf: Vec::with_capacity(64 * 1024),
+        }
+    }
+
+    pub fn sockets_enabled(&self) -> bool {
+        self.sockets
+    }
+
+    pub fn conntrack_enabled(&self) -> bool {
+        self.conntrack.is_some()
+    }
+
+    /// `pids[i]` are the pids of `inv.workloads[i]`. Errors go to the sockets / conntrack lists.
+    pub fn sample(
+        &mut self,
+        inv: &Inventory,
+        pids: &[Vec<u32>],
+        sock_errors: &mut Vec<ReadError>,
+        ct_errors: &mut Vec<ReadError>,
+    ) -> NetSample {
+        let mut out = NetSample::default();
+        // netns inode -> a pid in it; workload -> its netns.
+        let mut netns_pid: HashMap<u64, u32> = HashMap::new();
+        let mut workload_netns: Vec<Option<u64>> = vec![None; inv.workloads.len()];
+        for (i, ps) in pids.iter().enumerate() {
+            for &pid in ps {
+                match self.walker.netns(pid) {
+                    Ok(Some(ns)) => {
+                        netns_pid.entry(ns).or_insert(pid);
+                        workload_netns[i] = Some(ns);
+                        break;
+                    }
+                    Ok(None) => continue,
+                    Err(e) => {
+                        sock_errors.push(e);
+                        break;
+                    }
+                }
+            }
+        }
+
+        if self.sockets {
+            out.sockets = Some(self.sample_sockets(pids, &netns_pid, sock_errors));
+        }
+        if self.conntrack.is_some() {
+            self.sample_pods(inv, &workload_netns, &netns_pid, &mut out, ct_errors);
+            self.sample_conntrack(&mut out, ct_errors);
+        }
+        let mut features: Vec<Feature> = self.features.values().cloned().collect();
+        features.sort_by_key(|f| f.name);
+        out.features = features;
+        out
+    }
+
+    fn sample_sockets(
+        &mut self,
+        pids: &[Vec<u32>],
+        netns_pid: &HashMap<u64, u32>,
+        errors: &mut Vec<ReadError>,
+    ) -> HashMap<usize, SocketCounts> {
+        let mut owner: HashMap<u64, usize> = HashMap::new();
+        let mut inodes = Vec::new();
+        let mut denied = None;
+        for (i, ps) in pids.iter().enumerate() {
+            for &pid in ps {
+                inodes.clear();
+                match self.walker.socket_inodes(pid, &mut inodes) {
+                    // A socket shared across workloads (passed over a unix socket) counts once.
+                    Ok(_) => inodes.iter().for_each(|&n| {
+                        owner.entry(n).or_insert(i);
+                    }),
+                    Err(e) => {
+                        if e.kind() == ErrorKind::Permission {
+                            denied = Some(e.to_string());
+                        }
+                        errors.push(e);
+                    }
+                }
+            }
+        }
+        self.set_feature("sockets", denied);
+        let mut counts: HashMap<usize, SocketCounts> = (0..pids.len())
+            .map(|i| (i, SocketCounts::default()))
+            .collect();
+        if owner.is_empty() {
+            return counts;
+        }
+        for &pid in netns_pid.values() {
+            if let Err(e) = classify_netns(&self.proc_root, pid, &owner, &mut counts, &mut self.buf)
+            {
+                errors.push(e);
+            }
+        }
+        counts
+    }
+
+    fn sample_pods(
+        &mut self,
+        inv: &Inventory,
+        workload_netns: &[Option<u64>],
+        netns_pid: &HashMap<u64, u32>,
+        out: &mut NetSample,
+        errors: &mut Vec<ReadError>,
+    ) {
+        let mut ct_missing = false;
+        for pod in &inv.pods {
+            let ns = inv
+                .workloads
+                .iter()
+                .zip(workload_netns)
+                .find_map(|(w, ns)| match &w.kind {
+                    WorkloadKind::Container { pod_uid, .. } if *pod_uid == pod.uid => *ns,
+                    _ => None,
+                });
+            let Some(ns) = ns else { continue };
+            let Some(&pid) = netns_pid.get(&ns) else {
+                continue;
+            };
+            let mut net = PodNet {
+                host_network: Some(ns) == self.host_netns,
+                ..PodNet::default()
+            };
+            // A hostNetwork pod's namespace is the node's: its totals are node totals.
+            if !net.host_network {
+                match netns_entries(&self.proc_root, pid) {
+                    Ok(v) => {
+                        ct_missing |= v.is_none();
+                        net.netns_conntrack_entries = v;
+                    }
+                    Err(e) => errors.push(e),
+                }
+                match read_netns_sockets(&self.proc_root, pid) {
+                    Ok(v) => net.netns_sockets = v,
+                    Err(e) => errors.push(e),
+                }
+                match read_addresses(&self.proc_root, pid) {
+                    Ok(v) => net.addresses = v,
+                    Err(e) => errors.push(e),
+                }
+            }
+            out.pods.insert(pod.uid.clone(), net);
+        }
+        self.set_feature(
+            "pod_conntrack",
+            ct_missing.then(|| "nf_conntrack is not loaded (no net/stat/nf_conntrack)".to_owned()),
+        );
+    }
+
+    fn sample_conntrack(&mut self, out: &mut NetSample, errors: &mut Vec<ReadError>) {
+        let now = self.clock.now();
+        let clock = self.clock.clone();
+        let Some(ct) = self.conntrack.as_mut() else {
+            return;
+        };
+        match ct.node.read() {
+            Ok(v) => out.node_conntrack = v,
+            Err(e) => errors.push(e),
+        }
+        // Pick up a finished dump once.
+        let mut denied_change = None;
+        if let Some((seq, outcome)) = ct.worker.as_ref().and_then(|w| w.last()) {
+            if seq != ct.seen_seq {
+                ct.seen_seq = seq;
+                match outcome {
+                    DumpOutcome::Done(r) => {
+                        ct.dump = Some(r);
+                        denied_change = Some(None);
+                    }
+                    DumpOutcome::Failed(e) => {
+                        if matches!(*e, CtError::PermissionDenied { .. }) {
+                            denied_change = Some(Some(e.to_string()));
+                        }
+                        errors.push(ReadError::io(
+                            e.path(),
+                            std::io::Error::new(io_kind(e.kind()), e.to_string()),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(d) = denied_change {
+            ct.dump_denied = d;
+        }
+        let above = out.node_conntrack.is_some_and(|(count, max)| {
+            max > 0 && count as f64 >= ct.settings.trigger * max as f64
+        });
+        let due = ct
+            .last_request
+            .is_none_or(|t| now.saturating_duration_since(t) >= ct.settings.interval);
+        // Without CAP_NET_ADMIN the dump is off until the agent restarts with it.
+        if above && due && ct.dump_denied.is_none() {
+            if ct.worker.is_none() {
+                match DumpWorker::spawn(ct.settings.host_netns.clone(), clock) {
+                    Ok(w) => ct.worker = Some(w),
+                    Err(e) => errors.push(ReadError::io(Path::new("conntrack-dump thread"), e)),
+                }
+            }
+            if let Some(w) = &ct.worker {
+                let pods = out
+                    .pods
+                    .iter()
+                    .filter(|(_, p)| !p.host_network && !p.addresses.is_empty())
+                    .map(|(uid, p)| (uid.clone(), p.addresses.clone()))
+                    .collect();
+                if w.request(pods) {
+                    ct.last_request = Some(now);
+                }
+            }
+        }
+        // A dump stands for the table only while recent: two intervals, or it is dropped.
+        let fresh = ct
+            .dump
+            .as_ref()
+            .filter(|d| now.saturating_duration_since(d.finished) <= ct.settings.interval * 2);
+        if let Some(d) = fresh {
+            for (uid, p) in out.pods.iter_mut() {
+                if !p.host_network {
+                    p.host_conntrack_entries = Some(d.by_pod.get(uid).copied().unwrap_or(0));
+                }
+            }
+        }
+        out.dump = fresh.cloned();
+        let denied = ct.dump_denied.clone();
+        self.set_feature("conntrack_dump", denied);
+    }
+
+    /// Records a feature's availability; logs only when it changes.
+    fn set_feature(&mut self, name: &'static str, unavailable: Option<String>) {
+        let available = unavailable.is_none();
+        let changed = self
+            .features
+            .get(name)
+            .is_none_or(|f| f.available != available);
+        if changed {
+            match &unavailable {
+                Some(r) => tracing::warn!(feature = name, reason = %r, "feature unavailable"),
+                None if self.features.contains_key(name) => {
+                    tracing::info!(feature = name, "feature available again")
+                }
+                None => {}
+            }
+        }
+        self.features.insert(
+            name,
+            Feature {
+                name,
+                available,
+                reason: unavailable,
+            },
+        );
+    }
+}
+
+fn io_kind(k: ErrorKind) -> std::io::ErrorKind {
+    match k {
+        ErrorKind::Permission => std::io::ErrorKind::PermissionDenied,
+        ErrorKind::Parse => std::io::ErrorKind::InvalidData,
+        ErrorKind::Io => std::io::ErrorKind::Other,
+    }
+}
+
+fn read_netns_sockets(proc_root: &Path, pid: u32) -> Result<Option<NetnsSockets>, ReadError> {
+    let dir = proc_root.join(pid.to_string()).join("net");
+    let Some(v4) = parse_optional(&dir.join("sockstat"), parse_sockstat)? else {
+        return Ok(None);
+    };
+    let v6 = parse_optional(&dir.join("sockstat6"), parse_sockstat6)?;
+    Ok(Some(NetnsSockets {
+        tcp_inuse: v4.tcp_inuse,
+        tcp_time_wait: v4.tcp_tw,
+        tcp_orphan: v4.tcp_orphan,
+        udp_inuse: v4.udp_inuse,
+        tcp6_inuse: v6.map_or(0, |s| s.tcp6_inuse),
+        udp6_inuse: v6.map_or(0, |s| s.udp6_inuse),
+    }))
+}
+
+fn read_addresses(proc_root: &Path, pid: u32) -> Result<Vec<IpAddr>, ReadError> {
+    let dir = proc_root.join(pid.to_string()).join("net");
+    let mut out: Vec<IpAddr> = Vec::new();
+    if let Some(t) = read_optional(&dir.join("fib_trie"))? {
+        out.extend(parse_fib_trie_locals(&t).into_iter().map(IpAddr::V4));
+    }
+    if let Some(t) = read_optional(&dir.join("if_inet6"))? {
+        out.extend(parse_if_inet6(&t).into_iter().map(IpAddr::V6));
+    }
+    Ok(out)
+}
