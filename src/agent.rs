@@ -1,6 +1,9 @@
 //! The agent: wires the stages together (sample -> signal -> snapshot -> export) and runs the
 //! tick loop. `Agent::tick` is synchronous so tests drive it directly.
 
+use crate::action::cgroup::{CgroupActuator, Freezer};
+use crate::action::guard::Guard;
+use crate::action::{Actuator, DryRun};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::discover::names::NameSource;
@@ -33,6 +36,7 @@ pub enum AgentError {
 
 pub struct Agent {
     clock: Arc<dyn Clock>,
+    guard: Guard,
     config: Config,
     layout: CgroupLayout,
     samplers: Samplers,
@@ -44,7 +48,27 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// The agent with the actuator its config asks for: a dry run, or real cgroup writes.
     pub fn new(config: Config, clock: Arc<dyn Clock>) -> Result<Agent, AgentError> {
+        let layout = CgroupLayout::detect(&config.paths.cgroup)
+            .ok_or_else(|| AgentError::NoCgroups(config.paths.cgroup.clone()))?;
+        let actuator: Box<dyn Actuator> = if config.guard.dry_run {
+            Box::new(DryRun)
+        } else {
+            Box::new(CgroupActuator::new(
+                Freezer::detect(&layout),
+                config.guard.freeze_timeout,
+            ))
+        };
+        Agent::with_actuator(config, clock, actuator)
+    }
+
+    /// The agent with a given actuator (tests record what it would write).
+    pub fn with_actuator(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        actuator: Box<dyn Actuator>,
+    ) -> Result<Agent, AgentError> {
         let layout = CgroupLayout::detect(&config.paths.cgroup)
             .ok_or_else(|| AgentError::NoCgroups(config.paths.cgroup.clone()))?;
         let p = &config.paths;
@@ -87,7 +111,15 @@ impl Agent {
             config.node_name.clone()
         };
         let started = unix_seconds(clock.as_ref());
+        let guard = Guard::new(
+            config.guard.clone(),
+            clock.clone(),
+            Freezer::detect(&layout),
+            actuator,
+            node.clone(),
+        );
         Ok(Agent {
+            guard,
             selfstat: SelfReader::new(p.proc.clone()),
             clock,
             config,
@@ -114,7 +146,7 @@ impl Agent {
         self.ticks += 1;
         let own = self.selfstat.read().ok().flatten().unwrap_or_default();
         let end = self.clock.now();
-        Snapshot {
+        let mut snap = Snapshot {
             timestamp: unix_seconds(self.clock.as_ref()),
             node: self.node.clone(),
             cgroup_layout: self.layout.name().to_owned(),
@@ -145,7 +177,16 @@ impl Agent {
                 open_fds: own.open_fds,
                 start_time_seconds: self.started,
             },
-        }
+            guard: None,
+        };
+        // Rules read the finished snapshot; their verdicts join it for export.
+        snap.guard = Some(self.guard.step(&snap));
+        snap
+    }
+
+    /// Fail open: thaw whatever the guard froze (holds are kept in the state file).
+    pub fn shutdown(&mut self) {
+        self.guard.shutdown();
     }
 }
 
@@ -197,5 +238,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: stopping"); break; }
         }
     }
+    tokio::task::spawn_blocking(move || agent.shutdown()).await?;
     Ok(())
 }

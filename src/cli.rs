@@ -28,6 +28,16 @@ pub enum Command {
     CheckConfig { file: PathBuf },
     /// Print the embedded default configuration.
     DefaultConfig,
+    /// List this node's breakers from the state file (the config's guard.state_file).
+    Breakers,
+    /// Release a breaker by hand: the running agent thaws the workload at its next tick.
+    Release {
+        /// `namespace/pod/container` (pod or its owner, e.g. the Deployment name), or a unit name.
+        workload: String,
+        /// Only this rule's breaker (all of the workload's by default).
+        #[arg(long)]
+        rule: Option<String>,
+    },
 }
 
 /// Loads a config file, or the defaults. Errors are printed with every bad field.
@@ -59,6 +69,62 @@ pub fn main() -> ExitCode {
             print!("{}", crate::config::DEFAULT_YAML);
             ExitCode::SUCCESS
         }
+        Some(Command::Breakers) => with_config(cli.config.as_ref(), |c| {
+            match crate::action::state::load(&c.guard.state_file) {
+                Ok(Some(f)) if !f.breakers.is_empty() => {
+                    for b in f.breakers {
+                        let hold = match b.hold_until {
+                            Some(t) => format!("until {}", fmt_unix(t)),
+                            None => "until a new revision".into(),
+                        };
+                        println!(
+                            "{}/{}/{}  rule={} state={:?} action={} since={} hold {}  trips={}\n    {}",
+                            b.id.namespace, b.pod, b.id.container, b.rule, b.state,
+                            b.action.as_str(), fmt_unix(b.since), hold, b.trips, b.reason
+                        );
+                    }
+                    ExitCode::SUCCESS
+                }
+                Ok(_) => {
+                    println!("no breakers");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }),
+        Some(Command::Release { workload, rule }) => with_config(cli.config.as_ref(), |c| {
+            let parts: Vec<&str> = workload.split('/').collect();
+            let (namespace, pod, container) = match parts.as_slice() {
+                [ns, pod, c] => (*ns, *pod, *c),
+                [unit] => ("", *unit, *unit),
+                _ => {
+                    eprintln!("expected namespace/pod/container or a unit name, got {workload:?}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            };
+            let req = crate::action::state::ReleaseRequest {
+                namespace: namespace.into(),
+                pod: pod.into(),
+                container: container.into(),
+                rule,
+            };
+            match crate::action::state::request_release(&c.guard.state_file, &req) {
+                Ok(p) => {
+                    println!(
+                        "release requested ({}); the agent applies it at its next tick",
+                        p.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("cannot write the release request: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }),
         None => {
             let config = match load(cli.config.as_ref()) {
                 Ok(c) => c,
@@ -105,6 +171,21 @@ fn raise_fd_limit() {
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "cannot read the open file limit"),
     }
+}
+
+fn with_config(path: Option<&PathBuf>, f: impl FnOnce(&Config) -> ExitCode) -> ExitCode {
+    match load(path) {
+        Ok(c) => f(&c),
+        Err(e) => {
+            eprint!("{e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+fn fmt_unix(t: f64) -> String {
+    let st = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(t.max(0.0));
+    humantime::format_rfc3339_seconds(st).to_string()
 }
 
 fn init_tracing() {

@@ -1,8 +1,10 @@
 //! nodeguard: watches the symptoms a runaway container inflicts on its node and exports them.
 //!
 //! Data flows one way: `discover` + `sample` (kernel reads) -> `signal` (per-workload values that
-//! survive restarts) -> `snapshot` -> `export`. Rules and actions will read the same snapshot.
+//! survive restarts) -> `snapshot` -> `rule` (held thresholds) -> `action` (breakers, freeze/kill)
+//! -> `export`.
 
+pub mod action;
 pub mod agent;
 pub mod cli;
 pub mod clock;
@@ -11,6 +13,7 @@ pub mod discover;
 pub mod error;
 pub mod export;
 pub mod fsio;
+pub mod rule;
 pub mod sample;
 pub mod signal;
 pub mod snapshot;

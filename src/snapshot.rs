@@ -23,6 +23,8 @@ pub struct Snapshot {
     pub conntrack_dump: Option<DumpStatus>,
     /// Features that depend on capabilities or kernel support.
     pub features: Vec<Feature>,
+    /// Rules and breakers; `None` before the guard's first step.
+    pub guard: Option<GuardStatus>,
     pub samplers: Vec<SamplerStatus>,
     pub agent: AgentStats,
 }
@@ -90,12 +92,12 @@ pub struct Feature {
 }
 
 /// Per-netns socket totals from `sockstat`: everything in the pod's namespace, including sockets
-/// no process holds (TIME_WAIT, orphans).
+/// no process holds (TIME_WAIT). Its `orphan`, `alloc` and `mem` fields count the whole machine,
+/// not the namespace, so they are not reported per pod.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct NetnsSockets {
     pub tcp_inuse: u64,
     pub tcp_time_wait: u64,
-    pub tcp_orphan: u64,
     pub udp_inuse: u64,
     pub tcp6_inuse: u64,
     pub udp6_inuse: u64,
@@ -156,4 +158,44 @@ impl Snapshot {
             .map(|s| s.name)
             .collect()
     }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GuardStatus {
+    pub dry_run: bool,
+    pub breakers: Vec<BreakerView>,
+    pub pending: Vec<PendingView>,
+    /// (rule, action, outcome, count) since start.
+    pub actions: Vec<(String, &'static str, &'static str, u64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BreakerView {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub owner: String,
+    pub rule: String,
+    /// `open` or `half_open`.
+    pub state: &'static str,
+    pub action: &'static str,
+    pub reason: String,
+    pub value: f64,
+    pub threshold: f64,
+    /// Unix seconds.
+    pub since: f64,
+    /// `None` while held until a new revision.
+    pub hold_remaining_seconds: Option<f64>,
+    pub trips_total: u64,
+    /// Dry run: the action this breaker would have taken.
+    pub would_act: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingView {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub rule: String,
+    pub seconds: f64,
 }

@@ -1,6 +1,8 @@
 //! Configuration: YAML -> typed sections -> validated `Config`. Every problem is reported with its
 //! field path, all in one run; only `main` turns them into an exit code.
 
+pub mod guard;
+
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::fmt;
@@ -140,6 +142,7 @@ pub struct Config {
     pub paths: Paths,
     pub discovery: Discovery,
     pub samplers: Samplers,
+    pub guard: guard::GuardConfig,
 }
 
 /// Top-level keys and how to read each; unknown keys are errors too.
@@ -150,6 +153,7 @@ const SECTIONS: &[&str] = &[
     "paths",
     "discovery",
     "samplers",
+    "guard",
 ];
 
 impl Config {
@@ -191,6 +195,8 @@ impl Config {
         let paths: Paths = section(map, "paths", &mut errs).unwrap_or_default();
         let discovery: Discovery = section(map, "discovery", &mut errs).unwrap_or_default();
         let samplers: Samplers = section(map, "samplers", &mut errs).unwrap_or_default();
+        let raw_guard: guard::RawGuard = section(map, "guard", &mut errs).unwrap_or_default();
+        let guard = guard::compile(raw_guard, &mut errs);
 
         let listen = match listen.parse::<SocketAddr>() {
             Ok(a) => Some(a),
@@ -269,6 +275,7 @@ impl Config {
                 paths,
                 discovery,
                 samplers,
+                guard,
             }),
             _ => Err(ConfigErrors(errs)),
         }

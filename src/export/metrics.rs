@@ -314,15 +314,6 @@ impl Collector for SnapshotCollector {
         )?;
         family(
             &mut enc,
-            "pod_netns_tcp_orphans",
-            "Orphaned TCP sockets (no process holds them) in the pod's network namespace.",
-            Gauge,
-            s.pods
-                .iter()
-                .filter_map(|p| Some((pl(p), p.netns_sockets?.tcp_orphan))),
-        )?;
-        family(
-            &mut enc,
             "pod_host_network",
             "1 for pods sharing the node's network namespace (hostNetwork).",
             Gauge,
@@ -376,6 +367,99 @@ impl Collector for SnapshotCollector {
                     u64::from(f.available),
                 )
             }),
+        )?;
+        let bl = |b: &crate::snapshot::BreakerView| {
+            let mut lb: Labels = vec![
+                ("namespace", b.namespace.clone()),
+                ("pod", b.pod.clone()),
+                ("container", b.container.clone()),
+            ];
+            lb.extend(node.iter().cloned());
+            with(lb, "rule", b.rule.clone())
+        };
+        let breakers = s.guard.iter().flat_map(|g| g.breakers.iter());
+        family(
+            &mut enc,
+            "breaker_open",
+            "1 while a breaker is open or half-open for the workload and rule.",
+            Gauge,
+            breakers.clone().map(|b| (bl(b), 1u64)),
+        )?;
+        family(
+            &mut enc,
+            "breaker_half_open",
+            "1 while the breaker is in probation after its hold.",
+            Gauge,
+            breakers
+                .clone()
+                .map(|b| (bl(b), u64::from(b.state == "half_open"))),
+        )?;
+        family(
+            &mut enc,
+            "breaker_hold_remaining_seconds",
+            "Seconds left in the hold; absent while held until a new revision.",
+            Gauge,
+            breakers
+                .clone()
+                .filter_map(|b| Some((bl(b), b.hold_remaining_seconds?))),
+        )?;
+        family(
+            &mut enc,
+            "breaker_trips",
+            "Times the breaker tripped.",
+            Counter,
+            breakers.clone().map(|b| (bl(b), b.trips_total)),
+        )?;
+        family(
+            &mut enc,
+            "would_act",
+            "Dry run: 1 while a breaker would be holding the workload with this action.",
+            Gauge,
+            breakers
+                .clone()
+                .filter(|b| b.would_act)
+                .map(|b| (with(bl(b), "action", b.action), 1u64)),
+        )?;
+        family(
+            &mut enc,
+            "rule_pending_seconds",
+            "How long the rule's threshold has held so far on the target.",
+            Gauge,
+            s.guard.iter().flat_map(|g| g.pending.iter()).map(|p| {
+                let mut lb: Labels = vec![
+                    ("namespace", p.namespace.clone()),
+                    ("pod", p.pod.clone()),
+                    ("container", p.container.clone()),
+                ];
+                lb.extend(node.iter().cloned());
+                (with(lb, "rule", p.rule.clone()), p.seconds)
+            }),
+        )?;
+        family(
+            &mut enc,
+            "actions",
+            "Actions taken (or, dry run, decided) by rule, action and outcome.",
+            Counter,
+            s.guard
+                .iter()
+                .flat_map(|g| g.actions.iter())
+                .map(|(r, a, o, n)| {
+                    (
+                        with(
+                            with(with(node.clone(), "rule", r.clone()), "action", *a),
+                            "outcome",
+                            *o,
+                        ),
+                        *n,
+                    )
+                }),
+        )?;
+        family(
+            &mut enc,
+            "dry_run",
+            "1 when the guard only reports what it would do.",
+            Gauge,
+            s.guard.iter().map(|g| (node.clone(), u64::from(g.dry_run))),
         )?;
         family(
             &mut enc,

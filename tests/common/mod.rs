@@ -4,6 +4,8 @@
 //! stops processes it started itself.
 #![allow(dead_code)]
 
+pub mod net;
+
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::config::Config;
@@ -48,8 +50,9 @@ pub struct Container {
 
 struct Proc {
     pid: u32,
-    /// Cgroup (relative to the test parent) it was started in.
-    cgroup: String,
+    /// Cgroup (relative to the test parent) it was started in; `None` for a process that only
+    /// entered a network namespace.
+    cgroup: Option<String>,
     child: Child,
     stdin: Option<ChildStdin>,
 }
@@ -62,6 +65,9 @@ pub struct TestNode {
     pub dir: tempfile::TempDir,
     created: Vec<String>,
     procs: Vec<Proc>,
+    /// Network namespaces and links (`net.rs`), released after every process is stopped,
+    /// newest first.
+    guards: Vec<std::rc::Rc<dyn std::any::Any>>,
 }
 
 /// Returns `None` (after saying why) where real cgroups cannot be made: not root, no cgroupfs.
@@ -93,6 +99,7 @@ pub fn node() -> Option<TestNode> {
         dir: tempfile::tempdir().expect("tempdir"),
         created: Vec::new(),
         procs: Vec::new(),
+        guards: Vec::new(),
     };
     std::fs::create_dir_all(n.pod_logs()).expect("pod log dir");
     std::fs::create_dir_all(n.container_logs()).expect("container log dir");
@@ -126,7 +133,17 @@ impl TestNode {
             self.container_logs().display(),
             self.rel(""),
         );
+        // Breaker state stays in the test's temp dir, never in /var/lib.
+        let yaml = if extra.contains("guard:") {
+            yaml
+        } else {
+            format!("{yaml}guard:\n  state_file: {}\n", self.state_file().display())
+        };
         Config::from_yaml(&yaml).expect("test config")
+    }
+
+    pub fn state_file(&self) -> PathBuf {
+        self.dir.path().join("state/state.json")
     }
 
     pub fn agent(&self) -> Agent {
@@ -283,23 +300,46 @@ impl TestNode {
 
     /// Starts `nodeguard-testload` inside the container and waits for `ready`.
     pub fn spawn(&mut self, c: &Container, args: &[&str]) -> u32 {
-        let mut child = self.start(c, args);
+        let child = self.start(c, args);
+        self.track(child, Some(c.cgroup.clone()), args)
+    }
+
+    /// Starts `nodeguard-testload` inside the container's cgroups and the network namespace
+    /// `netns` (a `/run/netns/...` file), and waits for `ready`.
+    pub fn spawn_in(&mut self, c: &Container, netns: &Path, args: &[&str]) -> u32 {
+        let child = self.launch(self.join_args(c), Some(netns), args);
+        self.track(child, Some(c.cgroup.clone()), args)
+    }
+
+    /// Starts `nodeguard-testload` in the network namespace `netns` only: it stays in the test
+    /// runner's cgroup, outside every workload of the test. Stopped like the others.
+    pub fn spawn_netns_only(&mut self, netns: &Path, args: &[&str]) -> u32 {
+        let child = self.launch(Vec::new(), Some(netns), args);
+        self.track(child, None, args)
+    }
+
+    fn track(&mut self, mut child: Child, cgroup: Option<String>, args: &[&str]) -> u32 {
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
         BufReader::new(stdout)
             .read_line(&mut line)
             .expect("ready line");
-        let pid = line
+        let ready = line
             .strip_prefix("ready ")
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or_else(|| panic!("testload {args:?} did not get ready: {line:?}"));
+            .and_then(|p| p.trim().parse().ok());
         let stdin = child.stdin.take();
-        self.procs.push(Proc {
-            pid,
-            cgroup: c.cgroup.clone(),
+        let p = Proc {
+            pid: ready.unwrap_or(0),
+            cgroup,
             child,
             stdin,
-        });
+        };
+        let Some(pid) = ready else {
+            // Reaped (or stopped) before the test fails: it never outlives the test.
+            finish(p);
+            panic!("testload {args:?} did not get ready: {line:?}");
+        };
+        self.procs.push(p);
         pid
     }
 
@@ -321,8 +361,16 @@ impl TestNode {
     }
 
     fn start(&self, c: &Container, args: &[&str]) -> Child {
+        self.launch(self.join_args(c), None, args)
+    }
+
+    fn launch(&self, join: Vec<String>, netns: Option<&Path>, args: &[&str]) -> Child {
+        let netns: Vec<String> = netns
+            .map(|p| vec!["--netns".to_owned(), p.display().to_string()])
+            .unwrap_or_default();
         Command::new(TESTLOAD)
-            .args(self.join_args(c))
+            .args(netns)
+            .args(join)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -341,8 +389,10 @@ impl TestNode {
 
     /// Stops what runs in a container's cgroup and removes the cgroup, as the runtime does.
     pub fn remove_cgroup(&mut self, c: &Container) {
-        let (gone, kept): (Vec<Proc>, Vec<Proc>) =
-            self.procs.drain(..).partition(|p| p.cgroup == c.cgroup);
+        let (gone, kept): (Vec<Proc>, Vec<Proc>) = self
+            .procs
+            .drain(..)
+            .partition(|p| p.cgroup.as_deref() == Some(c.cgroup.as_str()));
         self.procs = kept;
         gone.into_iter().for_each(finish);
         let rel = self.rel(&c.cgroup);
@@ -390,6 +440,9 @@ impl Drop for TestNode {
     fn drop(&mut self) {
         for p in self.procs.drain(..) {
             finish(p);
+        }
+        while let Some(g) = self.guards.pop() {
+            drop(g);
         }
         // Deepest first: a parent cgroup cannot go before its children.
         let mut dirs = std::mem::take(&mut self.created);

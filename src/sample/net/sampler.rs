@@ -367,7 +367,6 @@ fn read_netns_sockets(proc_root: &Path, pid: u32) -> Result<Option<NetnsSockets>
     Ok(Some(NetnsSockets {
         tcp_inuse: v4.tcp_inuse,
         tcp_time_wait: v4.tcp_tw,
-        tcp_orphan: v4.tcp_orphan,
         udp_inuse: v4.udp_inuse,
         tcp6_inuse: v6.map_or(0, |s| s.tcp6_inuse),
         udp6_inuse: v6.map_or(0, |s| s.udp6_inuse),

@@ -1,0 +1,90 @@
+//! One breaker: a workload identity (namespace, owner, container) tripped by one rule. Open while
+//! the hold lasts, half-open during probation after it, removed (closed) once probation passes.
+
+use super::cgroup::CgroupHandle;
+use crate::rule::{ActionKind, HoldPolicy};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BreakerId {
+    pub namespace: String,
+    /// The pod's controller (Deployment, StatefulSet, ...), or the unit name on a plain host.
+    pub owner: String,
+    /// Empty for pod-level rules (every container of the pod).
+    pub container: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakerState {
+    Open,
+    HalfOpen,
+}
+
+#[derive(Debug)]
+pub struct Breaker {
+    pub id: BreakerId,
+    pub rule: usize,
+    pub action: ActionKind,
+    pub state: BreakerState,
+    /// Current pod name, for labels.
+    pub pod: String,
+    pub revision: String,
+    pub reason: String,
+    pub value: f64,
+    pub threshold: f64,
+    pub opened_at: Instant,
+    /// `None`: held until a new revision.
+    pub hold_until: Option<Instant>,
+    pub probation_until: Option<Instant>,
+    pub hold: Duration,
+    pub trips: u64,
+    /// Cgroups this breaker froze (to thaw) and instances it already enforced.
+    pub acted: Vec<CgroupHandle>,
+    pub enforced: HashSet<String>,
+}
+
+/// Pure: the next hold. A trip during probation doubles the previous hold, capped.
+pub fn next_hold(
+    policy: HoldPolicy,
+    previous: Option<Duration>,
+    max: Duration,
+) -> Option<Duration> {
+    match policy {
+        HoldPolicy::UntilNewRevision => None,
+        HoldPolicy::For(base) => Some(match previous {
+            Some(p) => (p * 2).min(max).max(base),
+            None => base.min(max),
+        }),
+    }
+}
+
+impl Breaker {
+    pub fn hold_remaining(&self, now: Instant) -> Option<Duration> {
+        match self.state {
+            BreakerState::Open => self.hold_until.map(|t| t.saturating_duration_since(now)),
+            BreakerState::HalfOpen => Some(Duration::ZERO),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probation_doubles_the_hold_up_to_the_cap() {
+        let m = Duration::from_secs(60);
+        let p = HoldPolicy::For(15 * m);
+        assert_eq!(next_hold(p, None, 240 * m), Some(15 * m));
+        assert_eq!(next_hold(p, Some(15 * m), 240 * m), Some(30 * m));
+        assert_eq!(next_hold(p, Some(120 * m), 240 * m), Some(240 * m));
+        assert_eq!(next_hold(p, Some(240 * m), 240 * m), Some(240 * m));
+        assert_eq!(
+            next_hold(HoldPolicy::UntilNewRevision, Some(m), 240 * m),
+            None
+        );
+    }
+}

@@ -1,0 +1,310 @@
+//! Freezing and killing a container's own leaf cgroup, through a directory handle opened when the
+//! hold started: a cgroup recreated at the same path is a different inode and is never touched.
+
+use super::{Actuator, Outcome};
+use crate::discover::{join_rel, CgroupLayout};
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{fstat, Mode};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Which freezer the host's runtime uses. On hybrid hosts only one of them may be used: after a
+/// v1 freeze, v2 never reports frozen for the same tasks (KERNEL-TRAPS).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Freezer {
+    V1 {
+        root: PathBuf,
+    },
+    V2 {
+        root: PathBuf,
+    },
+    /// No freezer: SIGSTOP/SIGCONT through pidfds, listing pids in the primary hierarchy.
+    Signals {
+        root: PathBuf,
+    },
+}
+
+impl Freezer {
+    pub fn detect(layout: &CgroupLayout) -> Freezer {
+        if let Some(root) = layout.v1_controller("freezer") {
+            return Freezer::V1 { root };
+        }
+        match layout.unified() {
+            Some(u) if u.join("cgroup.freeze").exists() || has_freeze_file(u) => Freezer::V2 {
+                root: u.to_path_buf(),
+            },
+            _ => Freezer::Signals {
+                root: layout.primary(),
+            },
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        match self {
+            Freezer::V1 { root } | Freezer::V2 { root } | Freezer::Signals { root } => root,
+        }
+    }
+}
+
+/// The root cgroup has no `cgroup.freeze`; any child does when the kernel supports it.
+fn has_freeze_file(root: &Path) -> bool {
+    std::fs::read_dir(root)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .any(|e| e.path().join("cgroup.freeze").exists())
+        })
+        .unwrap_or(true)
+}
+
+/// An open cgroup directory and the identity it had when opened.
+#[derive(Debug)]
+pub struct CgroupHandle {
+    pub rel: String,
+    pub path: PathBuf,
+    dir: OwnedFd,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl CgroupHandle {
+    pub fn open(freezer: &Freezer, rel: &str) -> std::io::Result<CgroupHandle> {
+        let path = join_rel(freezer.root(), rel);
+        let fd = nix::fcntl::open(
+            &path,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(std::io::Error::from)?;
+        // SAFETY: `open` returned a fresh descriptor that nothing else owns.
+        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        let st = fstat(dir.as_raw_fd()).map_err(std::io::Error::from)?;
+        Ok(CgroupHandle {
+            rel: rel.to_owned(),
+            path,
+            dir,
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+        })
+    }
+
+    /// Reopens a persisted handle, only if the path still holds the same cgroup.
+    pub fn reopen(freezer: &Freezer, rel: &str, ino: u64) -> Option<CgroupHandle> {
+        CgroupHandle::open(freezer, rel)
+            .ok()
+            .filter(|h| h.ino == ino)
+    }
+
+    /// The path still resolves to the directory this handle holds (not removed, not recreated).
+    pub fn same_cgroup(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&self.path).is_ok_and(|m| m.ino() == self.ino && m.dev() == self.dev)
+    }
+
+    fn write(&self, file: &str, value: &str) -> std::io::Result<()> {
+        let fd = openat(
+            Some(self.dir.as_raw_fd()),
+            file,
+            OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(std::io::Error::from)?;
+        // SAFETY: fresh descriptor from openat.
+        let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        f.write_all(value.as_bytes())
+    }
+
+    fn read(&self, file: &str) -> std::io::Result<String> {
+        let fd = openat(
+            Some(self.dir.as_raw_fd()),
+            file,
+            OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(std::io::Error::from)?;
+        // SAFETY: fresh descriptor from openat.
+        let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let mut s = String::new();
+        f.read_to_string(&mut s)?;
+        Ok(s)
+    }
+
+    fn pids(&self) -> std::io::Result<Vec<u32>> {
+        Ok(crate::discover::parse_procs(&self.read("cgroup.procs")?))
+    }
+
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+}
+
+/// Pure: `frozen 1` in a v2 `cgroup.events`.
+pub fn v2_frozen(events: &str) -> bool {
+    events.lines().any(|l| l.trim() == "frozen 1")
+}
+
+#[derive(Debug)]
+pub struct CgroupActuator {
+    freezer: Freezer,
+    timeout: Duration,
+    /// Pids that must never be signalled whatever cgroup they sit in: 1, 2 and the agent.
+    protected_pids: Vec<u32>,
+}
+
+impl CgroupActuator {
+    pub fn new(freezer: Freezer, timeout: Duration) -> Self {
+        CgroupActuator {
+            freezer,
+            timeout,
+            protected_pids: vec![1, 2, std::process::id()],
+        }
+    }
+
+    fn wait(&self, mut done: impl FnMut() -> std::io::Result<bool>) -> std::io::Result<bool> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if done()? {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn signal_all(
+        &self,
+        h: &CgroupHandle,
+        sig: nix::sys::signal::Signal,
+    ) -> std::io::Result<usize> {
+        let mut n = 0;
+        for pid in h.pids()? {
+            if self.protected_pids.contains(&pid) {
+                continue;
+            }
+            // A pidfd pins the process: the signal cannot reach a recycled pid.
+            let Ok(fd) = pidfd_open(pid) else { continue };
+            if pidfd_send_signal(&fd, sig).is_ok() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    fn freeze_inner(&self, h: &CgroupHandle) -> std::io::Result<bool> {
+        match &self.freezer {
+            Freezer::V1 { .. } => {
+                h.write("freezer.state", "FROZEN")?;
+                self.wait(|| Ok(h.read("freezer.state")?.trim() == "FROZEN"))
+            }
+            Freezer::V2 { .. } => {
+                h.write("cgroup.freeze", "1")?;
+                self.wait(|| Ok(v2_frozen(&h.read("cgroup.events")?)))
+            }
+            Freezer::Signals { .. } => {
+                self.signal_all(h, nix::sys::signal::Signal::SIGSTOP)?;
+                Ok(true)
+            }
+        }
+    }
+}
+
+impl Actuator for CgroupActuator {
+    fn freeze(&mut self, h: &CgroupHandle) -> Outcome {
+        match self.freeze_inner(h) {
+            Ok(true) => Outcome::Done,
+            Ok(false) => {
+                // Never leave a half-frozen cgroup behind.
+                let _ = self.thaw(h);
+                Outcome::Failed("freeze did not complete in time; thawed".into())
+            }
+            Err(e) => {
+                let _ = self.thaw(h);
+                Outcome::Failed(format!("freeze {}: {e}; thawed", h.path.display()))
+            }
+        }
+    }
+
+    fn thaw(&mut self, h: &CgroupHandle) -> Outcome {
+        let res = match &self.freezer {
+            Freezer::V1 { .. } => h.write("freezer.state", "THAWED"),
+            Freezer::V2 { .. } => h.write("cgroup.freeze", "0"),
+            Freezer::Signals { .. } => self
+                .signal_all(h, nix::sys::signal::Signal::SIGCONT)
+                .map(|_| ()),
+        };
+        match res {
+            Ok(()) => Outcome::Done,
+            // A cgroup that is gone has nothing left to thaw.
+            Err(e) if crate::fsio::is_gone(&e) => Outcome::Gone,
+            Err(e) => Outcome::Failed(format!("thaw {}: {e}", h.path.display())),
+        }
+    }
+
+    fn kill(&mut self, h: &CgroupHandle) -> Outcome {
+        if let Freezer::V2 { .. } = self.freezer {
+            if let Err(e) = h.write("cgroup.kill", "1") {
+                return Outcome::Failed(format!("cgroup.kill {}: {e}", h.path.display()));
+            }
+        } else {
+            // Freeze first so nothing forks away between listing and signalling.
+            let frozen = matches!(self.freezer, Freezer::V1 { .. })
+                && matches!(self.freeze_inner(h), Ok(true));
+            let signalled = self.signal_all(h, nix::sys::signal::Signal::SIGKILL);
+            // On v1 SIGKILL does not land while frozen: thaw after signalling.
+            if frozen {
+                let _ = self.thaw(h);
+            }
+            if let Err(e) = signalled {
+                return Outcome::Failed(format!("kill {}: {e}", h.path.display()));
+            }
+        }
+        match self.wait(|| Ok(h.pids()?.is_empty())) {
+            Ok(true) => Outcome::Done,
+            Ok(false) => Outcome::Failed("processes remained after the kill timeout".into()),
+            Err(e) if crate::fsio::is_gone(&e) => Outcome::Done,
+            Err(e) => Outcome::Failed(e.to_string()),
+        }
+    }
+}
+
+fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: plain syscall; on success the kernel returns a new descriptor we own.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid as nix::libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor returned by pidfd_open.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn pidfd_send_signal(fd: &OwnedFd, sig: nix::sys::signal::Signal) -> std::io::Result<()> {
+    // SAFETY: plain syscall on a pidfd we own; no siginfo.
+    let r = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig as nix::libc::c_int,
+            std::ptr::null::<nix::libc::siginfo_t>(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v2_events() {
+        assert!(v2_frozen("populated 1\nfrozen 1\n"));
+        assert!(!v2_frozen("populated 1\nfrozen 0\n"));
+    }
+}

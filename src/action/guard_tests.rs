@@ -1,0 +1,481 @@
+//! The guard's decisions under a hand-driven clock, on hand-built snapshots, with a recording
+//! actuator over a temp-dir cgroup tree.
+
+use super::*;
+use crate::action::{DryRun, Recording};
+use crate::clock::ManualClock;
+use crate::config::Config;
+use crate::sample::logs::LineCounts;
+use crate::snapshot::{Held, NodeConntrack, PodSignals, SocketCounts};
+use std::path::Path;
+
+const S: Duration = Duration::from_secs(1);
+const M: Duration = Duration::from_secs(60);
+
+struct Rig {
+    dir: tempfile::TempDir,
+    clock: ManualClock,
+    rec: Recording,
+    guard: Guard,
+}
+
+const RULES: &str = "  rules:
+    - name: log-flood
+      signal: log_lines_per_minute
+      above: 599
+      for: 1m
+      clear_for: 1m
+      action: freeze
+      hold: 15m
+    - name: conntrack-pressure
+      signal: node_conntrack_fraction
+      above: 0.9
+      for: 1m
+      contributor_floor: 5000
+      action: freeze
+      hold: 15m
+    - name: restart-loop
+      restart_loop: {burst_restarts: 2, burst_window: 5m, bursts: 2, window: 1h}
+      action: freeze
+      hold: until_new_revision
+";
+
+fn rig_with(extra: &str, dry_run: bool, dir: tempfile::TempDir, clock: ManualClock) -> Rig {
+    let yaml = format!(
+        "guard:\n  dry_run: {dry_run}\n  state_file: {}/state.json\n  cooldown: 30s\n  max_actions_per_10m: 3\n  probation: 1h\n  max_hold: 40m\n{extra}{RULES}",
+        dir.path().display()
+    );
+    let cfg = Config::from_yaml(&yaml).unwrap().guard;
+    let rec = Recording::default();
+    let actuator: Box<dyn Actuator> = if dry_run {
+        Box::new(DryRun)
+    } else {
+        Box::new(rec.clone())
+    };
+    let guard = Guard::new(
+        cfg,
+        Arc::new(clock.clone()),
+        Freezer::V2 {
+            root: dir.path().join("cg"),
+        },
+        actuator,
+        "node-a".into(),
+    );
+    Rig {
+        dir,
+        clock,
+        rec,
+        guard,
+    }
+}
+
+fn rig(extra: &str) -> Rig {
+    rig_with(
+        extra,
+        false,
+        tempfile::tempdir().unwrap(),
+        ManualClock::default(),
+    )
+}
+
+fn mkcg(root: &Path, rel: &str) {
+    std::fs::create_dir_all(root.join("cg").join(rel.trim_start_matches('/'))).unwrap();
+}
+
+/// A container with a log rate; its cgroup is created under the rig's freezer root.
+fn w(r: &Rig, ns: &str, pod: &str, c: &str, id: &str, per_min: u64) -> WorkloadSignals {
+    let cgroup = format!("/kubepods/pod-{pod}/{id}");
+    mkcg(r.dir.path(), &cgroup);
+    WorkloadSignals {
+        id: WorkloadId::container(ns, pod, c),
+        kind: "container",
+        qos: None,
+        pod_uid: Some(format!("uid-{pod}")),
+        container_id: Some(id.into()),
+        cgroup: Some(cgroup),
+        memory: None,
+        oom_kills_total: 0,
+        processes: None,
+        zombies: None,
+        zombie_parents: vec![],
+        log_lines_total: LineCounts::default(),
+        log_lines_per_minute: LineCounts {
+            stdout: 0,
+            stderr: per_min,
+            malformed: 0,
+        },
+        restarts_total: 0,
+        sockets: Some(Held {
+            value: SocketCounts::default(),
+            stale: false,
+        }),
+    }
+}
+
+fn snap(ws: Vec<WorkloadSignals>) -> Snapshot {
+    Snapshot {
+        workloads: ws,
+        ..Snapshot::default()
+    }
+}
+
+const BACKEND: &str = "backend-7d9f8b6c4d-x2k4q";
+
+impl Rig {
+    fn step(&mut self, s: &Snapshot) -> GuardStatus {
+        self.guard.step(s)
+    }
+    fn at(&mut self, d: Duration, s: &Snapshot) -> GuardStatus {
+        self.clock.advance(d);
+        self.guard.step(s)
+    }
+}
+
+#[test]
+fn nothing_before_for_then_exactly_one_freeze() {
+    let mut r = rig("");
+    let s = snap(vec![
+        w(&r, "feeds", BACKEND, "relay", "aaa", 1900),
+        w(&r, "feeds", BACKEND, "api", "bbb", 10),
+    ]);
+    r.step(&s);
+    let st = r.at(59 * S, &s);
+    assert!(r.rec.calls().is_empty());
+    assert!(st.breakers.is_empty());
+    assert_eq!(st.pending.len(), 1);
+    assert_eq!(
+        (st.pending[0].container.as_str(), st.pending[0].seconds),
+        ("relay", 59.0)
+    );
+    let st = r.at(S, &s);
+    assert_eq!(
+        r.rec.calls(),
+        vec![format!("freeze /kubepods/pod-{BACKEND}/aaa")]
+    );
+    assert_eq!(st.breakers.len(), 1);
+    let b = &st.breakers[0];
+    assert_eq!(
+        (
+            b.container.as_str(),
+            b.owner.as_str(),
+            b.rule.as_str(),
+            b.state
+        ),
+        ("relay", "backend", "log-flood", "open")
+    );
+    assert_eq!(b.hold_remaining_seconds, Some(900.0));
+    assert_eq!(b.reason, "LogLinesPerMinute = 1900 above 599 for 60s");
+    for _ in 0..10 {
+        r.at(5 * S, &s);
+    }
+    assert_eq!(r.rec.calls().len(), 1, "one action, no repeats while open");
+    assert_eq!(
+        st.actions,
+        vec![("log-flood".to_string(), "freeze", "done", 1)]
+    );
+}
+
+#[test]
+fn one_action_per_tick_then_cool_down_then_cap() {
+    let mut r = rig("");
+    let ws: Vec<WorkloadSignals> = (0..5)
+        .map(|i| w(&r, "feeds", &format!("p{i}"), "c", &format!("id{i}"), 1000))
+        .collect();
+    let s = snap(ws);
+    r.step(&s);
+    r.at(M, &s);
+    assert_eq!(r.rec.calls().len(), 1, "one action per tick");
+    r.at(29 * S, &s);
+    assert_eq!(r.rec.calls().len(), 1, "cool-down");
+    r.at(S, &s);
+    assert_eq!(r.rec.calls().len(), 2);
+    r.at(30 * S, &s);
+    assert_eq!(r.rec.calls().len(), 3);
+    r.at(30 * S, &s);
+    r.at(60 * S, &s);
+    assert_eq!(r.rec.calls().len(), 3, "cap of 3 per 10 minutes");
+    // The first action leaves the 10-minute window: room for one more.
+    r.at(10 * M - 150 * S, &s);
+    assert_eq!(r.rec.calls().len(), 4);
+}
+
+#[test]
+fn hold_expiry_thaws_half_open_and_a_retrip_in_probation_doubles_the_hold() {
+    let mut r = rig("");
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    r.step(&s);
+    r.at(M, &s);
+    let st = r.at(15 * M, &s);
+    let cg = format!("/kubepods/pod-{BACKEND}/aaa");
+    assert_eq!(
+        r.rec.calls(),
+        vec![format!("freeze {cg}"), format!("thaw {cg}")]
+    );
+    assert_eq!(st.breakers[0].state, "half_open");
+    // Still flooding after the thaw: must hold the full minute again, then trips with 30 min.
+    let st = r.at(59 * S, &s);
+    assert_eq!(st.breakers[0].state, "half_open");
+    let st = r.at(S, &s);
+    assert_eq!(st.breakers[0].state, "open");
+    assert_eq!(st.breakers[0].hold_remaining_seconds, Some(1800.0));
+    assert_eq!(st.breakers[0].trips_total, 2);
+    // Third trip: doubled again but capped at max_hold (40 min).
+    assert_eq!(r.at(30 * M, &s).breakers[0].state, "half_open");
+    let st = r.at(M, &s);
+    assert_eq!(st.breakers[0].hold_remaining_seconds, Some(2400.0));
+    assert_eq!(st.breakers[0].trips_total, 3);
+    // Quiet through probation: closed and forgotten.
+    let quiet = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 0)]);
+    r.at(40 * M, &quiet);
+    let st = r.at(61 * M, &quiet);
+    assert!(st.breakers.is_empty(), "{:?}", st.breakers);
+}
+
+#[test]
+fn a_value_that_dips_resets_the_hold() {
+    let mut r = rig("");
+    let hi = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    let lo = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 100)]);
+    r.step(&hi);
+    r.at(50 * S, &hi);
+    r.at(5 * S, &lo);
+    r.at(5 * S, &hi);
+    r.at(55 * S, &hi);
+    assert!(r.rec.calls().is_empty());
+    r.at(5 * S, &hi);
+    assert_eq!(r.rec.calls().len(), 1);
+}
+
+#[test]
+fn restart_loop_freezes_each_new_instance_until_a_new_revision() {
+    let mut r = rig("");
+    let inst = |r: &Rig, pod: &str, id: &str, restarts| {
+        let mut x = w(r, "feeds", pod, "relay", id, 0);
+        x.restarts_total = restarts;
+        snap(vec![x])
+    };
+    r.step(&inst(&r, BACKEND, "i0", 0));
+    // Burst 1: two restarts within a minute.
+    r.at(20 * S, &inst(&r, BACKEND, "i1", 1));
+    r.at(20 * S, &inst(&r, BACKEND, "i2", 2));
+    assert!(r.rec.calls().is_empty(), "one burst is recovery");
+    // A lull, then burst 2: the loop.
+    r.at(20 * M, &inst(&r, BACKEND, "i3", 3));
+    let st = r.at(20 * S, &inst(&r, BACKEND, "i4", 4));
+    assert_eq!(
+        r.rec.calls(),
+        vec![format!("freeze /kubepods/pod-{BACKEND}/i4")]
+    );
+    assert_eq!(
+        st.breakers[0].hold_remaining_seconds, None,
+        "until a new revision"
+    );
+    // kubelet restarts it (liveness): the new instance is frozen too.
+    r.at(M, &inst(&r, BACKEND, "i5", 5));
+    assert_eq!(
+        r.rec.calls().last().unwrap(),
+        &format!("freeze /kubepods/pod-{BACKEND}/i5")
+    );
+    // Hours later, still held.
+    r.at(5 * 60 * M, &inst(&r, BACKEND, "i5", 5));
+    assert_eq!(r.rec.calls().len(), 2);
+    // The owner deploys a new revision: thawed and reset.
+    let st = r.at(M, &inst(&r, "backend-5c6d7f9b8-zq2wx", "n1", 0));
+    assert_eq!(
+        r.rec.calls()[2..],
+        [
+            format!("thaw /kubepods/pod-{BACKEND}/i4"),
+            format!("thaw /kubepods/pod-{BACKEND}/i5")
+        ]
+    );
+    assert!(st.breakers.is_empty());
+}
+
+#[test]
+fn node_conntrack_pressure_freezes_the_top_pod_above_the_floor_only() {
+    let mut r = rig("");
+    let mut s = snap(vec![
+        w(&r, "feeds", BACKEND, "relay", "aaa", 0),
+        w(&r, "feeds", BACKEND, "api", "bbb", 0),
+        w(&r, "web", "nginx-0", "nginx", "ccc", 0),
+    ]);
+    let pod = |ns: &str, name: &str, entries| PodSignals {
+        namespace: ns.into(),
+        pod: name.into(),
+        uid: format!("uid-{name}"),
+        oom_kills_total: None,
+        host_network: Some(false),
+        netns_conntrack_entries: Some(entries),
+        host_conntrack_entries: None,
+        netns_sockets: None,
+        addresses: vec![],
+    };
+    s.node_conntrack = Some(NodeConntrack {
+        entries: 120_000,
+        limit: 131_072,
+    });
+    s.pods = vec![pod("feeds", BACKEND, 4000), pod("web", "nginx-0", 900)];
+    r.step(&s);
+    r.at(2 * M, &s);
+    assert!(r.rec.calls().is_empty(), "top contributor below the floor");
+    s.pods[0].netns_conntrack_entries = Some(94_083);
+    r.at(5 * S, &s);
+    let mut calls = r.rec.calls();
+    calls.sort();
+    assert_eq!(
+        calls,
+        vec![
+            format!("freeze /kubepods/pod-{BACKEND}/aaa"),
+            format!("freeze /kubepods/pod-{BACKEND}/bbb")
+        ]
+    );
+}
+
+#[test]
+fn protected_namespaces_globs_and_units_are_never_acted_on() {
+    let mut r = rig(
+        "  protect:\n    namespaces: [kube-system]\n    workloads: [\"monitoring/victoria-*/*\"]\n",
+    );
+    let mut unit = w(&r, "", "", "feeds.service", "u", 5000);
+    unit.kind = "unit";
+    unit.pod_uid = None;
+    let s = snap(vec![
+        w(
+            &r,
+            "kube-system",
+            "coredns-6f6b679f8f-abcde",
+            "coredns",
+            "k",
+            5000,
+        ),
+        w(&r, "monitoring", "victoria-metrics-0", "vm", "v", 5000),
+        unit,
+    ]);
+    r.step(&s);
+    let st = r.at(5 * M, &s);
+    assert!(r.rec.calls().is_empty());
+    assert!(st.breakers.is_empty());
+}
+
+#[test]
+fn dry_run_decides_the_same_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::default();
+    let mut dry = rig_with("", true, dir, clock.clone());
+    let mut real = rig("");
+    let mk = |r: &Rig| snap(vec![w(r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    let (sd, sr) = (mk(&dry), mk(&real));
+    dry.step(&sd);
+    real.step(&sr);
+    let a = dry.at(M, &sd);
+    let b = real.at(M, &sr);
+    assert!(dry.rec.calls().is_empty());
+    assert_eq!(real.rec.calls().len(), 1);
+    assert_eq!(a.breakers.len(), 1);
+    assert_eq!(
+        (a.breakers[0].would_act, b.breakers[0].would_act),
+        (true, false)
+    );
+    assert_eq!(
+        (&a.breakers[0].reason, a.breakers[0].hold_remaining_seconds),
+        (&b.breakers[0].reason, b.breakers[0].hold_remaining_seconds)
+    );
+    assert_eq!(
+        a.actions,
+        vec![("log-flood".to_string(), "freeze", "dry_run", 1)]
+    );
+    // Same lifecycle: half-open after the hold.
+    assert_eq!(dry.at(15 * M, &sd).breakers[0].state, "half_open");
+}
+
+#[test]
+fn a_cgroup_recreated_during_the_hold_is_not_touched() {
+    let mut r = rig("");
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    r.step(&s);
+    let p = r
+        .dir
+        .path()
+        .join("cg/kubepods")
+        .join(format!("pod-{BACKEND}"))
+        .join("aaa");
+    std::fs::remove_dir(&p).unwrap();
+    std::fs::create_dir(&p).unwrap();
+    let st = r.at(M, &s);
+    assert!(r.rec.calls().is_empty());
+    assert!(st.breakers.is_empty(), "nothing held: no breaker");
+    assert_eq!(
+        st.actions,
+        vec![("log-flood".to_string(), "freeze", "replaced", 1)]
+    );
+}
+
+#[test]
+fn breakers_survive_a_restart_and_shutdown_thaws() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::default();
+    let path = dir.path().to_path_buf();
+    let mut r = rig_with("", false, dir, clock.clone());
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    r.step(&s);
+    r.at(M, &s);
+    let cg = format!("/kubepods/pod-{BACKEND}/aaa");
+    // SIGTERM: thawed, but still in the state file.
+    r.guard.shutdown();
+    assert_eq!(
+        r.rec.calls(),
+        vec![format!("freeze {cg}"), format!("thaw {cg}")]
+    );
+    let saved = state::load(&path.join("state.json")).unwrap().unwrap();
+    assert_eq!(saved.breakers.len(), 1);
+    assert_eq!(saved.breakers[0].acted[0].cgroup, cg);
+    // A new agent 5 minutes later: the hold is re-applied, 10 minutes remain.
+    let Rig { dir, .. } = r;
+    clock.advance(5 * M);
+    let mut r2 = rig_with("", false, dir, clock.clone());
+    assert_eq!(r2.rec.calls(), vec![format!("freeze {cg}")]);
+    let st = r2.step(&s);
+    assert_eq!(st.breakers[0].hold_remaining_seconds, Some(600.0));
+    assert_eq!(r2.rec.calls().len(), 1, "not frozen twice");
+    // Restart after the hold expired: thawed, not re-applied.
+    r2.guard.shutdown();
+    let Rig { dir, .. } = r2;
+    clock.advance(20 * M);
+    let r3 = rig_with("", false, dir, clock.clone());
+    assert_eq!(r3.rec.calls(), vec![format!("thaw {cg}")]);
+}
+
+#[test]
+fn a_release_request_thaws_and_closes() {
+    let mut r = rig("");
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    r.step(&s);
+    r.at(M, &s);
+    state::request_release(
+        &r.dir.path().join("state.json"),
+        &state::ReleaseRequest {
+            namespace: "feeds".into(),
+            pod: "backend".into(),
+            container: "relay".into(),
+            rule: None,
+        },
+    )
+    .unwrap();
+    let st = r.at(S, &s);
+    assert!(st.breakers.is_empty());
+    assert_eq!(
+        r.rec.calls().last().unwrap(),
+        &format!("thaw /kubepods/pod-{BACKEND}/aaa")
+    );
+}
+
+#[test]
+fn globs() {
+    assert!(glob(
+        "monitoring/victoria-*/*",
+        "monitoring/victoria-metrics-0/vm"
+    ));
+    assert!(!glob("monitoring/victoria-*/*", "monitoring/grafana-0/g"));
+    assert!(glob("a?c", "abc"));
+    assert!(glob("*", ""));
+}

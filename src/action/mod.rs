@@ -1,0 +1,90 @@
+//! Actions: breakers that hold a tripped workload, and the freeze/kill that enforce them.
+//! Every action goes through the `Actuator` trait: the real cgroup writer, a dry run that
+//! writes nothing, or a recording fake for tests.
+
+pub mod breaker;
+pub mod cgroup;
+pub mod guard;
+pub mod notify;
+pub mod owner;
+pub mod state;
+pub mod throttle;
+
+use cgroup::CgroupHandle;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// Dry run: the decision was made, nothing was written.
+    DryRun,
+    /// The path now holds another cgroup than the one the hold started on: not touched.
+    Replaced,
+    /// The cgroup no longer exists.
+    Gone,
+    Failed(String),
+}
+
+impl Outcome {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Done => "done",
+            Outcome::DryRun => "dry_run",
+            Outcome::Replaced => "replaced",
+            Outcome::Gone => "gone",
+            Outcome::Failed(_) => "failed",
+        }
+    }
+}
+
+pub trait Actuator: Send + std::fmt::Debug {
+    fn freeze(&mut self, h: &CgroupHandle) -> Outcome;
+    fn thaw(&mut self, h: &CgroupHandle) -> Outcome;
+    fn kill(&mut self, h: &CgroupHandle) -> Outcome;
+}
+
+/// Takes every decision, writes nothing.
+#[derive(Debug, Default)]
+pub struct DryRun;
+
+impl Actuator for DryRun {
+    fn freeze(&mut self, _: &CgroupHandle) -> Outcome {
+        Outcome::DryRun
+    }
+    fn thaw(&mut self, _: &CgroupHandle) -> Outcome {
+        Outcome::DryRun
+    }
+    fn kill(&mut self, _: &CgroupHandle) -> Outcome {
+        Outcome::DryRun
+    }
+}
+
+/// Records calls (`"freeze /path"`) and succeeds; for tests of the decision logic.
+#[derive(Debug, Default, Clone)]
+pub struct Recording {
+    pub calls: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Recording {
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    fn push(&self, what: &str, h: &CgroupHandle) -> Outcome {
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(format!("{what} {}", h.rel));
+        Outcome::Done
+    }
+}
+
+impl Actuator for Recording {
+    fn freeze(&mut self, h: &CgroupHandle) -> Outcome {
+        self.push("freeze", h)
+    }
+    fn thaw(&mut self, h: &CgroupHandle) -> Outcome {
+        self.push("thaw", h)
+    }
+    fn kill(&mut self, h: &CgroupHandle) -> Outcome {
+        self.push("kill", h)
+    }
+}

@@ -1,0 +1,216 @@
+//! The breaker state file: written atomically on every transition, read back at start so holds
+//! survive an agent restart (and frozen cgroups of expired holds get thawed).
+
+use super::breaker::{BreakerId, BreakerState};
+use crate::error::{ParseError, ReadError};
+use crate::rule::ActionKind;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActedCgroup {
+    /// Path relative to the freezer hierarchy.
+    pub cgroup: String,
+    pub inode: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PersistedBreaker {
+    pub id: BreakerId,
+    pub rule: String,
+    pub action: ActionKind,
+    pub state: BreakerState,
+    pub pod: String,
+    pub revision: String,
+    pub reason: String,
+    pub value: f64,
+    pub threshold: f64,
+    /// Unix seconds.
+    pub since: f64,
+    pub hold_until: Option<f64>,
+    pub probation_until: Option<f64>,
+    pub hold_seconds: f64,
+    pub trips: u64,
+    pub acted: Vec<ActedCgroup>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateFile {
+    pub version: u32,
+    pub saved_at: f64,
+    pub breakers: Vec<PersistedBreaker>,
+}
+
+pub const VERSION: u32 = 1;
+
+pub fn parse(text: &str) -> Result<StateFile, ParseError> {
+    let s: StateFile = serde_json::from_str(text).map_err(|e| ParseError::new(e.to_string()))?;
+    if s.version != VERSION {
+        return Err(ParseError::new(format!(
+            "unsupported state version {}",
+            s.version
+        )));
+    }
+    Ok(s)
+}
+
+/// `Ok(None)` when there is no state file yet.
+pub fn load(path: &Path) -> Result<Option<StateFile>, ReadError> {
+    crate::fsio::parse_optional(path, parse)
+}
+
+/// Write to a temp file beside it, fsync, rename over, fsync the directory: a crash leaves the
+/// old or the new file, never half of one.
+pub fn save(path: &Path, state: &StateFile) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("state")
+    ));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        let body = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
+        f.write_all(&body)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// A hand release, dropped by `nodeguard release` into `<state dir>/release/`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseRequest {
+    pub namespace: String,
+    /// Pod name or owner name (or unit name on a plain host).
+    pub pod: String,
+    pub container: String,
+    /// Only this rule's breaker; all of the workload's when absent.
+    pub rule: Option<String>,
+}
+
+pub fn release_dir(state_path: &Path) -> PathBuf {
+    state_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("release")
+}
+
+pub fn request_release(state_path: &Path, req: &ReleaseRequest) -> std::io::Result<PathBuf> {
+    let dir = release_dir(state_path);
+    std::fs::create_dir_all(&dir)?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let path = dir.join(format!("{nanos}-{}.json", std::process::id()));
+    let tmp = dir.join(format!(".{nanos}.tmp"));
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec(req).map_err(std::io::Error::other)?,
+    )?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
+/// Takes every pending release request (and removes its file).
+pub fn take_releases(state_path: &Path) -> Vec<ReleaseRequest> {
+    let dir = release_dir(state_path);
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("json") {
+            continue;
+        }
+        match std::fs::read_to_string(&p).map(|t| serde_json::from_str::<ReleaseRequest>(&t)) {
+            Ok(Ok(r)) => out.push(r),
+            Ok(Err(e)) => {
+                tracing::warn!(path = %p.display(), error = %e, "ignoring a malformed release request")
+            }
+            Err(e) => {
+                tracing::warn!(path = %p.display(), error = %e, "cannot read a release request")
+            }
+        }
+        if let Err(e) = std::fs::remove_file(&p) {
+            tracing::warn!(path = %p.display(), error = %e, "cannot remove a release request");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_atomic_replace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/state.json");
+        assert_eq!(load(&path).unwrap(), None);
+        let s = StateFile {
+            version: VERSION,
+            saved_at: 1.5,
+            breakers: vec![PersistedBreaker {
+                id: BreakerId {
+                    namespace: "feeds".into(),
+                    owner: "backend".into(),
+                    container: "relay".into(),
+                },
+                rule: "log-flood".into(),
+                action: ActionKind::Freeze,
+                state: BreakerState::Open,
+                pod: "backend-7d9f8b6c4d-x2k4q".into(),
+                revision: "7d9f8b6c4d".into(),
+                reason: "log_lines_per_minute 1900 > 600 for 60s".into(),
+                value: 1900.0,
+                threshold: 600.0,
+                since: 100.0,
+                hold_until: Some(1000.0),
+                probation_until: None,
+                hold_seconds: 900.0,
+                trips: 1,
+                acted: vec![ActedCgroup {
+                    cgroup: "/kubepods/x".into(),
+                    inode: 42,
+                }],
+            }],
+        };
+        save(&path, &s).unwrap();
+        assert_eq!(load(&path).unwrap(), Some(s.clone()));
+        save(
+            &path,
+            &StateFile {
+                version: VERSION,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(load(&path).unwrap().unwrap().breakers.len(), 0);
+        assert_eq!(
+            std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
+            1,
+            "no temp file left"
+        );
+        std::fs::write(&path, "{not json").unwrap();
+        assert!(matches!(load(&path), Err(ReadError::Parse { .. })));
+    }
+
+    #[test]
+    fn release_requests_are_taken_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state.json");
+        let req = ReleaseRequest {
+            namespace: "feeds".into(),
+            pod: "backend".into(),
+            container: "relay".into(),
+            rule: None,
+        };
+        request_release(&state, &req).unwrap();
+        assert_eq!(take_releases(&state), vec![req]);
+        assert!(take_releases(&state).is_empty());
+    }
+}

@@ -1,0 +1,366 @@
+//! The `guard:` section: rules, breaker policy, protections. Raw serde structs, then a compile
+//! step that checks every rule and reports each bad field with its path.
+
+use super::FieldError;
+use crate::rule::hold::HoldSpec;
+use crate::rule::restart_loop::RestartLoopSpec;
+use crate::rule::signal::{Scope, SignalKind};
+use crate::rule::{ActionKind, Condition, HoldPolicy, Rule};
+use serde::{Deserialize, Deserializer};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawGuard {
+    pub dry_run: bool,
+    pub state_file: PathBuf,
+    #[serde(with = "humantime_serde")]
+    pub cooldown: Duration,
+    pub max_actions_per_10m: u32,
+    #[serde(with = "humantime_serde")]
+    pub probation: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_hold: Duration,
+    #[serde(with = "humantime_serde")]
+    pub freeze_timeout: Duration,
+    pub webhook_url: String,
+    pub protect: Protect,
+    /// Plain-host units that may be acted on (nothing outside kubepods is, by default).
+    pub host_units: Vec<String>,
+    pub rules: Vec<RawRule>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Protect {
+    pub namespaces: Vec<String>,
+    /// Globs (`*`, `?`) on `namespace/pod/container`.
+    pub workloads: Vec<String>,
+}
+
+impl Default for Protect {
+    fn default() -> Self {
+        Protect {
+            namespaces: vec!["kube-system".into()],
+            workloads: vec![],
+        }
+    }
+}
+
+impl Default for RawGuard {
+    fn default() -> Self {
+        RawGuard {
+            dry_run: true,
+            state_file: "/var/lib/nodeguard/state.json".into(),
+            cooldown: Duration::from_secs(30),
+            max_actions_per_10m: 6,
+            probation: Duration::from_secs(3600),
+            max_hold: Duration::from_secs(4 * 3600),
+            freeze_timeout: Duration::from_secs(5),
+            webhook_url: String::new(),
+            protect: Protect::default(),
+            host_units: vec![],
+            rules: default_rules(),
+        }
+    }
+}
+
+/// The shipped rules (also spelled out in config/nodeguard.yaml; a test keeps both equal).
+pub fn default_rules() -> Vec<RawRule> {
+    let min = |m: u64| Some(Duration::from_secs(60 * m));
+    let threshold = |name: &str, signal, above, hold_for, action, hold| RawRule {
+        name: name.into(),
+        signal: Some(signal),
+        above: Some(above),
+        hold_for,
+        clear_below: None,
+        clear_for: None,
+        contributor_floor: None,
+        restart_loop: None,
+        action,
+        hold,
+    };
+    let fifteen = Some(RawHold::For(Duration::from_secs(900)));
+    vec![
+        RawRule {
+            clear_for: min(1),
+            ..threshold(
+                "log-flood",
+                SignalKind::LogLinesPerMinute,
+                599.0,
+                min(1),
+                ActionKind::Freeze,
+                fifteen,
+            )
+        },
+        threshold(
+            "socket-storm",
+            SignalKind::TcpSockets,
+            5000.0,
+            min(2),
+            ActionKind::Freeze,
+            fifteen,
+        ),
+        threshold(
+            "memory-near-limit",
+            SignalKind::MemoryWorkingSetFraction,
+            0.85,
+            min(15),
+            ActionKind::Report,
+            None,
+        ),
+        RawRule {
+            contributor_floor: Some(5000.0),
+            ..threshold(
+                "conntrack-pressure",
+                SignalKind::NodeConntrackFraction,
+                0.9,
+                min(1),
+                ActionKind::Freeze,
+                fifteen,
+            )
+        },
+        RawRule {
+            name: "restart-loop".into(),
+            signal: None,
+            above: None,
+            hold_for: None,
+            clear_below: None,
+            clear_for: None,
+            contributor_floor: None,
+            restart_loop: Some(RawRestartLoop {
+                burst_restarts: 3,
+                burst_window: Duration::from_secs(600),
+                bursts: 3,
+                window: Duration::from_secs(3600),
+            }),
+            action: ActionKind::Freeze,
+            hold: Some(RawHold::UntilNewRevision),
+        },
+    ]
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RawHold {
+    For(Duration),
+    UntilNewRevision,
+}
+
+impl<'de> Deserialize<'de> for RawHold {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s == "until_new_revision" {
+            return Ok(RawHold::UntilNewRevision);
+        }
+        humantime::parse_duration(&s)
+            .map(RawHold::For)
+            .map_err(|e| {
+                serde::de::Error::custom(format!("{s:?}: {e} (or \"until_new_revision\")"))
+            })
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawRestartLoop {
+    pub burst_restarts: u32,
+    #[serde(with = "humantime_serde")]
+    pub burst_window: Duration,
+    pub bursts: u32,
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    pub name: String,
+    pub signal: Option<SignalKind>,
+    pub above: Option<f64>,
+    #[serde(rename = "for", default, with = "humantime_serde")]
+    pub hold_for: Option<Duration>,
+    pub clear_below: Option<f64>,
+    #[serde(default, with = "humantime_serde")]
+    pub clear_for: Option<Duration>,
+    pub contributor_floor: Option<f64>,
+    pub restart_loop: Option<RawRestartLoop>,
+    pub action: ActionKind,
+    pub hold: Option<RawHold>,
+}
+
+/// The compiled guard configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuardConfig {
+    pub dry_run: bool,
+    pub state_file: PathBuf,
+    pub cooldown: Duration,
+    pub max_actions_per_10m: u32,
+    pub probation: Duration,
+    pub max_hold: Duration,
+    pub freeze_timeout: Duration,
+    pub webhook_url: String,
+    pub protect: Protect,
+    pub host_units: Vec<String>,
+    pub rules: Vec<Rule>,
+}
+
+pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
+    let mut err = |path: String, message: String| errs.push(FieldError { path, message });
+    if raw.max_actions_per_10m == 0 {
+        err(
+            "guard.max_actions_per_10m".into(),
+            "must be at least 1".into(),
+        );
+    }
+    if raw.freeze_timeout.is_zero() {
+        err(
+            "guard.freeze_timeout".into(),
+            "must be greater than 0".into(),
+        );
+    }
+    if !raw.state_file.is_absolute() {
+        err(
+            "guard.state_file".into(),
+            format!("{} must be an absolute path", raw.state_file.display()),
+        );
+    }
+    if !raw.webhook_url.is_empty() && crate::action::notify::split_url(&raw.webhook_url).is_none() {
+        err(
+            "guard.webhook_url".into(),
+            format!(
+                "{:?} is not an http://host[:port]/path URL",
+                raw.webhook_url
+            ),
+        );
+    }
+    let mut rules = Vec::new();
+    for (i, r) in raw.rules.iter().enumerate() {
+        let p = |f: &str| format!("guard.rules[{i}].{f}");
+        if r.name.is_empty() {
+            err(p("name"), "must not be empty".into());
+        } else if raw.rules[..i].iter().any(|o| o.name == r.name) {
+            err(
+                p("name"),
+                format!("{:?} is used by an earlier rule", r.name),
+            );
+        }
+        let hold = match (r.hold, r.action) {
+            (Some(RawHold::For(d)), _) if d.is_zero() => {
+                err(p("hold"), "must be greater than 0".into());
+                HoldPolicy::For(d)
+            }
+            (Some(RawHold::For(d)), _) => HoldPolicy::For(d),
+            (Some(RawHold::UntilNewRevision), _) => HoldPolicy::UntilNewRevision,
+            // A report-only rule opens a breaker for the metrics; it holds nothing.
+            (None, ActionKind::Report) => HoldPolicy::For(Duration::from_secs(3600)),
+            (None, _) => {
+                err(
+                    p("hold"),
+                    "required for freeze and kill (a duration or \"until_new_revision\")".into(),
+                );
+                HoldPolicy::For(Duration::from_secs(1))
+            }
+        };
+        let condition = match (&r.signal, &r.restart_loop) {
+            (Some(_), Some(_)) | (None, None) => {
+                err(
+                    p("signal"),
+                    "exactly one of `signal` and `restart_loop` is required".into(),
+                );
+                continue;
+            }
+            (None, Some(l)) => {
+                for (f, v) in [("burst_restarts", l.burst_restarts), ("bursts", l.bursts)] {
+                    if v == 0 {
+                        err(p(&format!("restart_loop.{f}")), "must be at least 1".into());
+                    }
+                }
+                if l.burst_window.is_zero() || l.window < l.burst_window {
+                    err(
+                        p("restart_loop.window"),
+                        "needs 0 < burst_window <= window".into(),
+                    );
+                }
+                Condition::RestartLoop(RestartLoopSpec {
+                    burst_restarts: l.burst_restarts,
+                    burst_window: l.burst_window,
+                    bursts: l.bursts,
+                    window: l.window,
+                })
+            }
+            (Some(signal), None) => {
+                let Some(above) = r.above else {
+                    err(p("above"), "required with `signal`".into());
+                    continue;
+                };
+                let fraction = matches!(
+                    signal,
+                    SignalKind::MemoryWorkingSetFraction | SignalKind::NodeConntrackFraction
+                );
+                if fraction && !(0.0..=1.0).contains(&above) {
+                    err(
+                        p("above"),
+                        format!("{above} is not a fraction in 0..=1 for {signal:?}"),
+                    );
+                }
+                if !fraction && above < 0.0 {
+                    err(p("above"), "must not be negative".into());
+                }
+                let clear_below = r.clear_below.unwrap_or(above);
+                if clear_below > above {
+                    err(
+                        p("clear_below"),
+                        format!("{clear_below} must not exceed above ({above})"),
+                    );
+                }
+                let floor = match (signal.scope(), r.contributor_floor) {
+                    (Scope::Node, Some(f)) => f,
+                    (Scope::Node, None) => {
+                        err(
+                            p("contributor_floor"),
+                            "node rules act on the top contributor only above this floor: required"
+                                .into(),
+                        );
+                        0.0
+                    }
+                    (_, Some(_)) => {
+                        err(p("contributor_floor"), "only for node signals".into());
+                        0.0
+                    }
+                    (_, None) => 0.0,
+                };
+                let hold_for = r.hold_for.unwrap_or_default();
+                Condition::Threshold {
+                    signal: *signal,
+                    spec: HoldSpec {
+                        above,
+                        clear_below,
+                        hold_for,
+                        clear_for: r.clear_for.unwrap_or(hold_for),
+                    },
+                    contributor_floor: floor,
+                }
+            }
+        };
+        rules.push(Rule {
+            name: r.name.clone(),
+            condition,
+            action: r.action,
+            hold,
+        });
+    }
+    GuardConfig {
+        dry_run: raw.dry_run,
+        state_file: raw.state_file,
+        cooldown: raw.cooldown,
+        max_actions_per_10m: raw.max_actions_per_10m,
+        probation: raw.probation,
+        max_hold: raw.max_hold,
+        freeze_timeout: raw.freeze_timeout,
+        webhook_url: raw.webhook_url,
+        protect: raw.protect,
+        host_units: raw.host_units,
+        rules,
+    }
+}

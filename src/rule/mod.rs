@@ -1,0 +1,210 @@
+//! Rules: a signal above a threshold held for a duration, or a restart loop. The engine is pure
+//! over snapshots and an injected `now`; it only says what fired and what cleared.
+
+pub mod hold;
+pub mod restart_loop;
+pub mod signal;
+
+use crate::snapshot::Snapshot;
+use crate::workload::WorkloadId;
+use hold::{HoldSpec, HoldTimer, Transition};
+use restart_loop::{RestartLoop, RestartLoopSpec};
+use serde::{Deserialize, Serialize};
+use signal::{observe, Scope, SignalKind};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    Freeze,
+    Kill,
+    Report,
+}
+
+impl ActionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::Freeze => "freeze",
+            ActionKind::Kill => "kill",
+            ActionKind::Report => "report",
+        }
+    }
+}
+
+/// How long a tripped breaker holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldPolicy {
+    For(Duration),
+    /// Until the owner deploys a new revision (or an operator releases it).
+    UntilNewRevision,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Condition {
+    Threshold {
+        signal: SignalKind,
+        spec: HoldSpec,
+        /// Node rules: the top contributor must itself be above this to be acted on.
+        contributor_floor: f64,
+    },
+    RestartLoop(RestartLoopSpec),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub name: String,
+    pub condition: Condition,
+    pub action: ActionKind,
+    pub hold: HoldPolicy,
+}
+
+impl Rule {
+    pub fn threshold(&self) -> f64 {
+        match &self.condition {
+            Condition::Threshold { spec, .. } => spec.above,
+            Condition::RestartLoop(s) => f64::from(s.bursts),
+        }
+    }
+}
+
+/// A rule that holds on a target (reported every tick while it holds, so the guard can act
+/// later if it could not act at once).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Firing {
+    pub rule: usize,
+    /// The workload (or pod, `container = ""`) to act on.
+    pub target: WorkloadId,
+    /// The value that held (for node rules, the node value).
+    pub value: f64,
+    pub threshold: f64,
+    pub held_for: Duration,
+    /// Node rules: the contributor's own value.
+    pub contributor_value: Option<f64>,
+}
+
+#[derive(Debug, Default)]
+pub struct Evaluation {
+    pub firing: Vec<Firing>,
+    pub cleared: Vec<(usize, WorkloadId)>,
+    /// (rule, key, pending duration) for every key above its threshold, firing or not.
+    pub pending: Vec<(usize, WorkloadId, Duration)>,
+}
+
+#[derive(Debug)]
+pub struct RuleEngine {
+    rules: Vec<Rule>,
+    timers: Vec<HashMap<WorkloadId, HoldTimer>>,
+    loops: Vec<HashMap<WorkloadId, RestartLoop>>,
+}
+
+impl RuleEngine {
+    pub fn new(rules: Vec<Rule>) -> Self {
+        let n = rules.len();
+        RuleEngine {
+            rules,
+            timers: (0..n).map(|_| HashMap::new()).collect(),
+            loops: (0..n).map(|_| HashMap::new()).collect(),
+        }
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// Forgets the progress of a rule's targets, so they must hold for the full duration again
+    /// (half-open after a hold).
+    pub fn reset_matching(&mut self, rule: usize, mut matches: impl FnMut(&WorkloadId) -> bool) {
+        if let Some(t) = self.timers.get_mut(rule) {
+            t.retain(|k, _| !matches(k));
+        }
+    }
+
+    pub fn evaluate(&mut self, now: Instant, snap: &Snapshot) -> Evaluation {
+        let mut ev = Evaluation::default();
+        for (ri, rule) in self.rules.iter().enumerate() {
+            match &rule.condition {
+                Condition::Threshold {
+                    signal,
+                    spec,
+                    contributor_floor,
+                } => {
+                    let obs = observe(snap, *signal);
+                    let timers = &mut self.timers[ri];
+                    // Targets that vanished take their progress with them.
+                    timers.retain(|k, _| obs.iter().any(|o| o.key == *k));
+                    for o in obs {
+                        let t = timers.entry(o.key.clone()).or_default();
+                        let tr = t.observe(spec, now, o.value, o.stale);
+                        if o.value > spec.above {
+                            ev.pending.push((ri, o.key.clone(), t.pending_for(now)));
+                        }
+                        if tr == Some(Transition::Cleared) {
+                            ev.cleared.push((ri, o.key.clone()));
+                        }
+                        if t.firing() {
+                            let firing = Firing {
+                                rule: ri,
+                                target: o.key.clone(),
+                                value: o.value,
+                                threshold: spec.above,
+                                held_for: t.pending_for(now),
+                                contributor_value: None,
+                            };
+                            if signal.scope() == Scope::Node {
+                                ev.firing.extend(top_contributor(
+                                    snap,
+                                    *signal,
+                                    *contributor_floor,
+                                    firing,
+                                ));
+                            } else {
+                                ev.firing.push(firing);
+                            }
+                        }
+                    }
+                }
+                Condition::RestartLoop(spec) => {
+                    let obs = observe(snap, SignalKind::Restarts);
+                    let loops = &mut self.loops[ri];
+                    loops.retain(|k, _| obs.iter().any(|o| o.key == *k));
+                    for o in obs {
+                        let bursts = loops.entry(o.key.clone()).or_default().observe(
+                            spec,
+                            now,
+                            o.value as u64,
+                        );
+                        if bursts >= spec.bursts {
+                            ev.firing.push(Firing {
+                                rule: ri,
+                                target: o.key,
+                                value: f64::from(bursts),
+                                threshold: f64::from(spec.bursts),
+                                held_for: Duration::ZERO,
+                                contributor_value: None,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        ev
+    }
+}
+
+/// The node rule's target: the largest contributor, if it is above the floor.
+fn top_contributor(snap: &Snapshot, node: SignalKind, floor: f64, mut f: Firing) -> Option<Firing> {
+    let kind = node.contributor()?;
+    let top = observe(snap, kind)
+        .into_iter()
+        .filter(|o| !o.stale)
+        .max_by(|a, b| a.value.total_cmp(&b.value).then_with(|| b.key.cmp(&a.key)))?;
+    if top.value < floor {
+        // Checked again every tick while the node rule holds; the pending metric shows it.
+        tracing::debug!(signal = ?node, top = %top.key, value = top.value, floor, "no contributor above the floor");
+        return None;
+    }
+    f.target = top.key;
+    f.contributor_value = Some(top.value);
+    Some(f)
+}
