@@ -44,6 +44,9 @@ pub struct Breaker {
     /// Cgroups this breaker froze (to thaw) and instances it already enforced.
     pub acted: Vec<CgroupHandle>,
     pub enforced: HashSet<String>,
+    /// Sibling replicas of the same owner that were already running when it tripped: the
+    /// breaker never holds them (it follows the tripped pod and pods created after it).
+    pub spared_pods: HashSet<String>,
 }
 
 /// Pure: the next hold. A trip during probation doubles the previous hold, capped.

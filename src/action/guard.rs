@@ -89,6 +89,16 @@ fn matches_id(id: &BreakerId, w: &WorkloadSignals) -> bool {
         && (id.container.is_empty() || wid.container == id.container)
 }
 
+/// The workloads a breaker holds now: its identity, minus replicas it spared.
+fn held_by<'a>(b: &Breaker, snap: &'a Snapshot) -> Vec<&'a WorkloadSignals> {
+    snap.workloads
+        .iter()
+        .filter(|w| {
+            w.cgroup.is_some() && matches_id(&b.id, w) && !b.spared_pods.contains(&w.id.pod)
+        })
+        .collect()
+}
+
 impl Guard {
     pub fn new(
         cfg: GuardConfig,
@@ -261,11 +271,7 @@ impl Guard {
             let Some(mut b) = self.breakers.remove(&key) else {
                 continue;
             };
-            let current: Vec<&WorkloadSignals> = snap
-                .workloads
-                .iter()
-                .filter(|w| w.cgroup.is_some() && matches_id(&b.id, w))
-                .collect();
+            let current = held_by(&b, snap);
             // The owner deployed something new: the breaker has done its job.
             if current.iter().any(|w| identity(w).1 != b.revision) {
                 self.thaw_all(&mut b);
@@ -421,6 +427,12 @@ impl Guard {
             };
             let reason = reason(&signal, f);
             let trips = self.breakers.get(&key).map_or(0, |b| b.trips);
+            let spared_pods = snap
+                .workloads
+                .iter()
+                .filter(|w| matches_id(&key.0, w) && w.id.pod != first.id.pod)
+                .map(|w| w.id.pod.clone())
+                .collect();
             let b = Breaker {
                 id: key.0.clone(),
                 rule: f.rule,
@@ -438,6 +450,7 @@ impl Guard {
                 trips: trips + 1,
                 acted,
                 enforced,
+                spared_pods,
             };
             let e = self.event(&b, "opened", &outcome, f.held_for);
             self.notifier.send(e);
@@ -526,6 +539,7 @@ impl Guard {
                         inode: h.ino,
                     })
                     .collect(),
+                spared_pods: b.spared_pods.iter().cloned().collect(),
             })
             .collect();
         let file = StateFile {
@@ -590,6 +604,7 @@ impl Guard {
                 trips: p.trips,
                 acted: Vec::new(),
                 enforced: HashSet::new(),
+                spared_pods: p.spared_pods.into_iter().collect(),
             };
             let due = b.state == BreakerState::Open && b.hold_until.is_none_or(|t| t > now);
             for h in handles {

@@ -479,3 +479,32 @@ fn globs() {
     assert!(glob("a?c", "abc"));
     assert!(glob("*", ""));
 }
+
+#[test]
+fn sibling_replicas_are_spared_but_a_replacement_pod_is_held() {
+    let mut r = rig("");
+    let sibling = "backend-7d9f8b6c4d-zzzzz";
+    let s = snap(vec![
+        w(&r, "feeds", BACKEND, "relay", "aaa", 1900),
+        w(&r, "feeds", sibling, "relay", "sib", 10),
+    ]);
+    r.step(&s);
+    r.at(M, &s);
+    assert_eq!(
+        r.rec.calls(),
+        vec![format!("freeze /kubepods/pod-{BACKEND}/aaa")]
+    );
+    // The frozen pod is evicted; its ReplicaSet (same hash) replaces it: held. The sibling is not.
+    let replacement = "backend-7d9f8b6c4d-qqqqq";
+    let s2 = snap(vec![
+        w(&r, "feeds", sibling, "relay", "sib", 10),
+        w(&r, "feeds", replacement, "relay", "new", 0),
+    ]);
+    r.at(5 * S, &s2);
+    assert_eq!(
+        r.rec.calls()[1..],
+        [format!("freeze /kubepods/pod-{replacement}/new")]
+    );
+    r.at(5 * S, &s2);
+    assert_eq!(r.rec.calls().len(), 2);
+}

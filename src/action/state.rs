@@ -33,6 +33,8 @@ pub struct PersistedBreaker {
     pub hold_seconds: f64,
     pub trips: u64,
     pub acted: Vec<ActedCgroup>,
+    #[serde(default)]
+    pub spared_pods: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -177,6 +179,7 @@ mod tests {
                     cgroup: "/kubepods/x".into(),
                     inode: 42,
                 }],
+                spared_pods: vec!["backend-7d9f8b6c4d-bbbbb".into()],
             }],
         };
         save(&path, &s).unwrap();

@@ -137,7 +137,10 @@ impl TestNode {
         let yaml = if extra.contains("guard:") {
             yaml
         } else {
-            format!("{yaml}guard:\n  state_file: {}\n", self.state_file().display())
+            format!(
+                "{yaml}guard:\n  state_file: {}\n",
+                self.state_file().display()
+            )
         };
         Config::from_yaml(&yaml).expect("test config")
     }
