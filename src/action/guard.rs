@@ -305,7 +305,11 @@ impl Guard {
                     // A restarted instance of a held workload is held too.
                     for w in current {
                         let inst = w.container_id.clone().unwrap_or_default();
-                        if b.enforced.contains(&inst) {
+                        let held = b
+                            .acted
+                            .iter()
+                            .any(|h| Some(h.rel.as_str()) == w.cgroup.as_deref());
+                        if held || b.enforced.contains(&inst) {
                             continue;
                         }
                         b.enforced.insert(inst);
@@ -611,9 +615,6 @@ impl Guard {
                 if due && b.action != ActionKind::Report {
                     let out = self.apply(ActionKind::Freeze, &h);
                     if matches!(out, Outcome::Done | Outcome::DryRun) {
-                        // Counted as enforced so maintain() does not freeze it twice.
-                        b.enforced
-                            .insert(h.rel.rsplit('/').next().unwrap_or("").to_owned());
                         b.acted.push(h);
                     }
                 } else {
