@@ -127,6 +127,11 @@ impl TestNode {
 
     /// The agent's configuration for this node: real /proc and cgroups, scoped to our parent.
     pub fn config(&self, extra: &str) -> Config {
+        Config::from_yaml(&self.config_yaml(extra)).expect("test config")
+    }
+
+    /// The YAML behind `config` (for a config file the real binary reads).
+    pub fn config_yaml(&self, extra: &str) -> String {
         let yaml = format!(
             "listen: 127.0.0.1:0\ninterval: 1s\npaths:\n  proc: /proc\n  cgroup: {CGROUP_ROOT}\n  pod_logs: {}\n  container_logs: {}\ndiscovery:\n  scopes: [\"{}\"]\n{extra}",
             self.pod_logs().display(),
@@ -134,15 +139,14 @@ impl TestNode {
             self.rel(""),
         );
         // Breaker state stays in the test's temp dir, never in /var/lib.
-        let yaml = if extra.contains("guard:") {
+        if extra.contains("guard:") {
             yaml
         } else {
             format!(
                 "{yaml}guard:\n  state_file: {}\n",
                 self.state_file().display()
             )
-        };
-        Config::from_yaml(&yaml).expect("test config")
+        }
     }
 
     pub fn state_file(&self) -> PathBuf {
@@ -382,6 +386,94 @@ impl TestNode {
             .expect("spawn testload")
     }
 
+    /// The freezer the guard uses on this host (`Freezer::detect`): the v1 hierarchy when it is
+    /// mounted, else the unified one. `(root, is_v1)`.
+    fn freezer(&self) -> Option<(PathBuf, bool)> {
+        if let Some(root) = self.layout.v1_controller("freezer") {
+            return Some((root, true));
+        }
+        self.layout.unified().map(|u| (u.to_path_buf(), false))
+    }
+
+    /// A container's directory in the freezer's hierarchy.
+    pub fn freezer_dir(&self, c: &Container) -> PathBuf {
+        let (root, _) = self.freezer().expect("no freezer hierarchy");
+        root.join(self.rel(&c.cgroup).trim_start_matches('/'))
+    }
+
+    /// `FROZEN`, `FREEZING` or `THAWED`: v1 `freezer.state`, or v2 `cgroup.events` mapped to
+    /// the same words.
+    pub fn freezer_state(&self, c: &Container) -> String {
+        let (_, v1) = self.freezer().expect("no freezer hierarchy");
+        let dir = self.freezer_dir(c);
+        if v1 {
+            let p = dir.join("freezer.state");
+            std::fs::read_to_string(&p)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+                .trim()
+                .to_owned()
+        } else {
+            let p = dir.join("cgroup.events");
+            let t = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            if t.lines().any(|l| l.trim() == "frozen 1") {
+                "FROZEN".into()
+            } else {
+                "THAWED".into()
+            }
+        }
+    }
+
+    /// Thaws a container's cgroup, as a runtime does before it stops a frozen container.
+    pub fn thaw(&self, c: &Container) {
+        thaw_dir(self.freezer(), &self.rel(&c.cgroup));
+    }
+
+    /// The pids listed in the container's `cgroup.procs` (freezer hierarchy).
+    pub fn procs(&self, c: &Container) -> Vec<u32> {
+        let p = self.freezer_dir(c).join("cgroup.procs");
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .split_ascii_whitespace()
+            .map(|x| x.parse().expect("pid"))
+            .collect()
+    }
+
+    /// `pids.current` of the container (v1 pids hierarchy, else unified): it still counts
+    /// zombies, unlike `cgroup.procs`.
+    pub fn pids_current(&self, c: &Container) -> u64 {
+        let root = self
+            .layout
+            .v1_controller("pids")
+            .or_else(|| self.layout.unified().map(Path::to_path_buf))
+            .expect("no pids hierarchy");
+        let p = root
+            .join(self.rel(&c.cgroup).trim_start_matches('/'))
+            .join("pids.current");
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .trim()
+            .parse()
+            .expect("pids.current")
+    }
+
+    /// Reaps a started process that is expected to exit by itself (e.g. killed by the agent):
+    /// its exit status, or `None` if it is still running after `timeout` (it stays tracked and
+    /// is stopped on drop).
+    pub fn wait_exit(&mut self, pid: u32, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let pos = self.procs.iter().position(|p| p.pid == pid)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(st)) = self.procs[pos].child.try_wait() {
+                self.procs.remove(pos);
+                return Some(st);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Closes the process's stdin: it reaps its children and exits.
     pub fn stop(&mut self, pid: u32) {
         if let Some(pos) = self.procs.iter().position(|p| p.pid == pid) {
@@ -392,6 +484,8 @@ impl TestNode {
 
     /// Stops what runs in a container's cgroup and removes the cgroup, as the runtime does.
     pub fn remove_cgroup(&mut self, c: &Container) {
+        // A frozen process cannot exit (nor die of SIGKILL on v1): thaw first.
+        self.thaw(c);
         let (gone, kept): (Vec<Proc>, Vec<Proc>) = self
             .procs
             .drain(..)
@@ -439,8 +533,32 @@ fn rmdir_retry(p: &Path) -> bool {
     }
 }
 
+/// Writes the thawed state into `rel`'s freezer (v1 `freezer.state`, v2 `cgroup.freeze`), if the
+/// cgroup exists. Failures are reported, not fatal: this runs during cleanup.
+fn thaw_dir(freezer: Option<(PathBuf, bool)>, rel: &str) {
+    let Some((root, v1)) = freezer else { return };
+    let dir = root.join(rel.trim_start_matches('/'));
+    let (file, value) = if v1 {
+        ("freezer.state", "THAWED")
+    } else {
+        ("cgroup.freeze", "0")
+    };
+    let p = dir.join(file);
+    if !p.exists() {
+        return;
+    }
+    if let Err(e) = std::fs::write(&p, value) {
+        eprintln!("cleanup: cannot thaw {}: {e}", p.display());
+    }
+}
+
 impl Drop for TestNode {
     fn drop(&mut self) {
+        // Whatever a guard froze (a failed test may not have thawed it) must run again before
+        // its processes can be stopped.
+        for d in &self.created {
+            thaw_dir(self.freezer(), d);
+        }
         for p in self.procs.drain(..) {
             finish(p);
         }
