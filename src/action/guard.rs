@@ -37,6 +37,8 @@ pub struct Guard {
     actions: BTreeMap<(String, &'static str, &'static str), u64>,
     /// (rule, target) already logged as protected or deferred: logged once, not per tick.
     quiet: HashSet<(usize, WorkloadId, &'static str)>,
+    /// Revisions replaced by a newer one, per identity, while they still run.
+    superseded: HashMap<BreakerId, HashSet<String>>,
 }
 
 fn unix(t: SystemTime) -> f64 {
@@ -127,6 +129,7 @@ impl Guard {
             pending_handles: HashMap::new(),
             actions: BTreeMap::new(),
             quiet: HashSet::new(),
+            superseded: HashMap::new(),
         };
         g.restore();
         g
@@ -215,6 +218,14 @@ impl Guard {
         // Expiring holds reset their rule's progress first, so a half-open workload must hold
         // the full `for` again before it trips again.
         changed |= self.maintain(now, snap);
+        self.superseded.retain(|id, revs| {
+            revs.retain(|r| {
+                snap.workloads
+                    .iter()
+                    .any(|w| matches_id(id, w) && identity(w).1 == *r)
+            });
+            !revs.is_empty()
+        });
         let ev = self.engine.evaluate(now, snap);
         self.track_pending(snap, &ev);
         changed |= self.trip(now, snap, &ev);
@@ -274,6 +285,10 @@ impl Guard {
             let current = held_by(&b, snap);
             // The owner deployed something new: the breaker has done its job.
             if current.iter().any(|w| identity(w).1 != b.revision) {
+                self.superseded
+                    .entry(b.id.clone())
+                    .or_default()
+                    .insert(b.revision.clone());
                 self.thaw_all(&mut b);
                 let e = self.event(&b, "reset_new_revision", "thawed", Duration::ZERO);
                 self.notifier.send(e);
@@ -353,9 +368,15 @@ impl Guard {
     fn trip(&mut self, now: Instant, snap: &Snapshot, ev: &Evaluation) -> bool {
         let mut changed = false;
         for f in &ev.firing {
+            // Only live instances can be acted on: a crash-looping container between two
+            // restarts has none, and must not use up the node's pacing.
             let targets: Vec<&WorkloadSignals> = crate::rule::signal::targets(snap, &f.target)
                 .iter()
-                .filter_map(|id| snap.workloads.iter().find(|w| w.id == *id))
+                .filter_map(|id| {
+                    snap.workloads
+                        .iter()
+                        .find(|w| w.id == *id && w.cgroup.is_some())
+                })
                 .collect();
             let Some(first) = targets.first() else {
                 continue;
@@ -363,6 +384,15 @@ impl Guard {
             let (mut id, revision) = identity(first);
             if f.target.container.is_empty() {
                 id.container.clear();
+            }
+            // A revision the owner has already replaced is never tripped again (its history
+            // still holds in the rule's window while the rollout finishes).
+            if self
+                .superseded
+                .get(&id)
+                .is_some_and(|r| r.contains(&revision))
+            {
+                continue;
             }
             let key = (id, f.rule);
             let previous = match self.breakers.get(&key) {
@@ -421,6 +451,11 @@ impl Guard {
             if rule.action != ActionKind::Report {
                 self.throttle.record(now);
             }
+            if outcomes.contains(&Outcome::Replaced) {
+                // No hold ever ran on the cgroup now at that path: it starts from zero.
+                let target = f.target.clone();
+                self.engine.reset_matching(f.rule, |k| *k == target);
+            }
             let ok = outcomes
                 .iter()
                 .any(|o| matches!(o, Outcome::Done | Outcome::DryRun));
@@ -456,7 +491,8 @@ impl Guard {
                 enforced,
                 spared_pods,
             };
-            let e = self.event(&b, "opened", &outcome, f.held_for);
+            let transition = if ok { "opened" } else { "action_failed" };
+            let e = self.event(&b, transition, &outcome, f.held_for);
             self.notifier.send(e);
             if ok {
                 self.breakers.insert(key, b);

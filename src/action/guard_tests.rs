@@ -508,3 +508,61 @@ fn sibling_replicas_are_spared_but_a_replacement_pod_is_held() {
     r.at(5 * S, &s2);
     assert_eq!(r.rec.calls().len(), 2);
 }
+
+#[test]
+fn a_superseded_revision_is_not_tripped_again_during_the_rollout() {
+    let mut r = rig("");
+    let old = |r: &Rig, id: &str, restarts| {
+        let mut x = w(r, "feeds", BACKEND, "relay", id, 0);
+        x.restarts_total = restarts;
+        x
+    };
+    r.step(&snap(vec![old(&r, "i0", 0)]));
+    r.at(10 * S, &snap(vec![old(&r, "i1", 1)]));
+    r.at(10 * S, &snap(vec![old(&r, "i2", 2)]));
+    r.at(20 * M, &snap(vec![old(&r, "i3", 3)]));
+    r.at(10 * S, &snap(vec![old(&r, "i4", 4)]));
+    assert_eq!(r.rec.calls().len(), 1, "tripped");
+    // The rollout starts: the new pod runs beside the old one for a while.
+    let new = w(&r, "feeds", "backend-5c6d7f9b8-zq2wx", "relay", "n1", 0);
+    let both = snap(vec![old(&r, "i4", 4), new]);
+    let st = r.at(5 * S, &both);
+    assert!(st.breakers.is_empty());
+    for _ in 0..5 {
+        r.at(5 * S, &both);
+    }
+    assert_eq!(
+        r.rec.calls(),
+        vec![
+            format!("freeze /kubepods/pod-{BACKEND}/i4"),
+            format!("thaw /kubepods/pod-{BACKEND}/i4")
+        ],
+        "the old revision is not frozen again"
+    );
+}
+
+#[test]
+fn a_target_without_a_cgroup_does_not_use_up_the_pacing() {
+    let mut r = rig("");
+    // A crash-looping workload seen only between restarts (its log files, no cgroup)...
+    let mut gone = w(&r, "feeds", BACKEND, "relay", "i0", 0);
+    gone.cgroup = None;
+    let mut flood = w(&r, "web", "nginx-0", "nginx", "n", 0);
+    r.step(&snap(vec![gone.clone(), flood.clone()]));
+    for (i, t) in [(1u64, 10u32), (2, 10), (3, 1200), (4, 10)] {
+        gone.restarts_total = i;
+        r.at(t * S, &snap(vec![gone.clone(), flood.clone()]));
+    }
+    assert!(r.rec.calls().is_empty());
+    // ...holds its rule every tick, while another container starts flooding: the flood is frozen
+    // as soon as it has held for its minute.
+    flood.log_lines_per_minute.stderr = 5000;
+    let s = snap(vec![gone, flood]);
+    for _ in 0..13 {
+        r.at(5 * S, &s);
+    }
+    assert_eq!(
+        r.rec.calls(),
+        vec!["freeze /kubepods/pod-nginx-0/n".to_string()]
+    );
+}
