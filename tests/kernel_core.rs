@@ -3,29 +3,12 @@
 
 mod common;
 
+use common::snap::{find, metrics_text};
+
 use common::{node, Driver};
 use nodeguard::discover::kubelet::QosClass;
-use nodeguard::export::metrics::{registry, render, SharedSnapshot};
-use nodeguard::snapshot::{Snapshot, WorkloadSignals};
-use nodeguard::workload::WorkloadId;
-use std::sync::{Arc, RwLock};
 
 const MIB: u64 = 1 << 20;
-
-fn find<'a>(s: &'a Snapshot, ns: &str, pod: &str, c: &str) -> &'a WorkloadSignals {
-    let id = WorkloadId::container(ns, pod, c);
-    s.workloads.iter().find(|w| w.id == id).unwrap_or_else(|| {
-        panic!(
-            "{id} not in {:#?}",
-            s.workloads.iter().map(|w| &w.id).collect::<Vec<_>>()
-        )
-    })
-}
-
-fn metrics_text(s: &Snapshot) -> String {
-    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(s.clone())));
-    render(&registry(shared)).expect("render")
-}
 
 #[test]
 fn discovers_both_drivers_with_names_qos_and_skips_the_sandbox() {

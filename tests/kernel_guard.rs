@@ -9,20 +9,20 @@
 
 mod common;
 
+use common::snap::{assert_line, find, metrics_text, pod};
+
 use common::{Container, Driver, TestNode};
 use nodeguard::action::state;
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::discover::kubelet::QosClass;
-use nodeguard::export::metrics::{registry, render, SharedSnapshot};
-use nodeguard::snapshot::{BreakerView, GuardStatus, PodSignals, Snapshot, WorkloadSignals};
-use nodeguard::workload::WorkloadId;
+use nodeguard::snapshot::{BreakerView, GuardStatus, Snapshot};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 const BIN: &str = env!("CARGO_BIN_EXE_nodeguard");
@@ -37,37 +37,8 @@ const STORM_PORT: &str = "7411";
 const FOR: Duration = Duration::from_secs(2);
 const HOLD: Duration = Duration::from_secs(4);
 
-fn find<'a>(s: &'a Snapshot, ns: &str, pod: &str, c: &str) -> &'a WorkloadSignals {
-    let id = WorkloadId::container(ns, pod, c);
-    s.workloads.iter().find(|w| w.id == id).unwrap_or_else(|| {
-        panic!(
-            "{id} not in {:#?}",
-            s.workloads.iter().map(|w| &w.id).collect::<Vec<_>>()
-        )
-    })
-}
-
-fn pod<'a>(s: &'a Snapshot, ns: &str, name: &str) -> &'a PodSignals {
-    s.pods
-        .iter()
-        .find(|p| p.namespace == ns && p.pod == name)
-        .unwrap_or_else(|| panic!("pod {ns}/{name} not in {:#?}", s.pods))
-}
-
 fn guard(s: &Snapshot) -> &GuardStatus {
     s.guard.as_ref().expect("the guard stepped")
-}
-
-fn metrics_text(s: &Snapshot) -> String {
-    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(s.clone())));
-    render(&registry(shared)).expect("render")
-}
-
-fn assert_line(text: &str, line: &str) {
-    assert!(
-        text.contains(&format!("{line}\n")),
-        "missing {line:?} in:\n{text}"
-    );
 }
 
 fn action(

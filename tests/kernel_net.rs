@@ -6,38 +6,21 @@
 
 mod common;
 
+use common::snap::{assert_line, find, metrics_text, pod};
+
 use common::net::{Netns, Veth};
 use common::{Driver, TestNode};
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::discover::kubelet::QosClass;
-use nodeguard::export::metrics::{registry, render, SharedSnapshot};
-use nodeguard::snapshot::{PodSignals, SamplerStatus, Snapshot, WorkloadSignals};
-use nodeguard::workload::WorkloadId;
+use nodeguard::snapshot::{SamplerStatus, Snapshot, WorkloadSignals};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PORT: u16 = 7000;
-
-fn find<'a>(s: &'a Snapshot, ns: &str, pod: &str, c: &str) -> &'a WorkloadSignals {
-    let id = WorkloadId::container(ns, pod, c);
-    s.workloads.iter().find(|w| w.id == id).unwrap_or_else(|| {
-        panic!(
-            "{id} not in {:#?}",
-            s.workloads.iter().map(|w| &w.id).collect::<Vec<_>>()
-        )
-    })
-}
-
-fn pod<'a>(s: &'a Snapshot, ns: &str, name: &str) -> &'a PodSignals {
-    s.pods
-        .iter()
-        .find(|p| p.namespace == ns && p.pod == name)
-        .unwrap_or_else(|| panic!("pod {ns}/{name} not in {:#?}", s.pods))
-}
 
 fn sampler<'a>(s: &'a Snapshot, name: &str) -> &'a SamplerStatus {
     s.samplers
@@ -71,18 +54,6 @@ fn established(tcp: u64, udp: u64) -> Option<Sock> {
         BTreeMap::from([("established", tcp)])
     };
     Some((tcp, udp, states, false))
-}
-
-fn metrics_text(s: &Snapshot) -> String {
-    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(s.clone())));
-    render(&registry(shared)).expect("render")
-}
-
-fn assert_line(text: &str, line: &str) {
-    assert!(
-        text.contains(&format!("{line}\n")),
-        "missing {line:?} in:\n{text}"
-    );
 }
 
 /// The agent with the network samplers on; the host-scope dump reads `host`'s table and always

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod net;
+pub mod snap;
 
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
