@@ -112,7 +112,6 @@ pub fn tcp_state_name(state: u8) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     // Captured in a netns on Linux 6.18 (trailing spaces kept): listener, both ends of an
     // established connection, one TIME_WAIT.
@@ -189,8 +188,9 @@ mod tests {
         }
     }
 
+    /// Cost is measured in benches/parsers.rs, never asserted here; this checks the count.
     #[test]
-    fn thirty_thousand_lines_parse_fast() {
+    fn thirty_thousand_lines_are_all_visited() {
         let row = TCP.lines().nth(2).unwrap();
         let mut text = String::from(TCP.lines().next().unwrap());
         text.push('\n');
@@ -199,12 +199,7 @@ mod tests {
             text.push('\n');
         }
         let mut n = 0u32;
-        let t = Instant::now();
         for_each_socket(text.as_bytes(), |_, _| n += 1).unwrap();
-        let took = t.elapsed();
         assert_eq!(n, 30_000);
-        eprintln!("30,000 socket lines parsed in {took:?}");
-        // Generous for unoptimised test builds on a shared 2-core machine; release is ~1 ms.
-        assert!(took.as_millis() < 200, "took {took:?}");
     }
 }
