@@ -117,16 +117,43 @@ fn space_mask(w: u64) -> u64 {
 /// malformed, long timestamps) to [`classify_slow`], which it must agree with whenever it answers.
 #[inline(always)]
 fn classify_fast(line: &[u8]) -> Option<CriLine> {
-    // `YYYY-MM-DDT`: the same shape check as the slow path.
-    if !looks_like_timestamp(line.get(..20)?) {
+    let (stream, full) = match fields_word(line)? {
+        OUT_F => (Stream::Stdout, true),
+        OUT_P => (Stream::Stdout, false),
+        ERR_F => (Stream::Stderr, true),
+        ERR_P => (Stream::Stderr, false),
+        _ => return None,
+    };
+    Some(CriLine { stream, full })
+}
+
+const OUT_F: u64 = u64::from_le_bytes(*b"stdout F");
+const OUT_P: u64 = u64::from_le_bytes(*b"stdout P");
+const ERR_F: u64 = u64::from_le_bytes(*b"stderr F");
+const ERR_P: u64 = u64::from_le_bytes(*b"stderr P");
+
+/// The 8 bytes after the timestamp's space (`stdout F` in a well-formed line), found with a few
+/// word loads; `None` for short lines and unusual timestamps (the slow path decides those).
+#[inline(always)]
+fn fields_word(line: &[u8]) -> Option<u64> {
+    let (w0, w5, w11, w19) = (
+        word(line, 0)?,
+        word(line, 5)?,
+        word(line, 11)?,
+        word(line, 19)?,
+    );
+    // `YYYY-MM-DDT` as in `looks_like_timestamp`, and no space before byte 19 (the shortest
+    // timestamp has 20 bytes), tested together so that a valid line takes a single branch.
+    let dashes = w0 & 0xff00_00ff_0000_0000 == u64::from_le_bytes(*b"\0\0\0\0-\0\0-");
+    let year = w0 & 0xffff_ffff;
+    let digits =
+        (year & 0xf0f0_f0f0 == 0x3030_3030) & ((year + 0x0606_0606) & 0xf0f0_f0f0 == 0x3030_3030);
+    let t = (w5 >> 40) as u8 | 0x20 == b't';
+    if !(dashes & digits & t) | (space_mask(w5) | space_mask(w11) != 0) {
         return None;
     }
-    // No space before byte 19 (bytes 0..5 are already known non-space), so the first space, which
-    // ends the timestamp, is the first one found from byte 19 on.
-    if space_mask(word(line, 5)?) | space_mask(word(line, 11)?) != 0 {
-        return None;
-    }
-    let lo = space_mask(word(line, 19)?);
+    // The first space, which ends the timestamp, is the first one from byte 19 on.
+    let lo = space_mask(w19);
     let sp = if lo != 0 {
         19 + (lo.trailing_zeros() / 8) as usize
     } else {
@@ -139,18 +166,7 @@ fn classify_fast(line: &[u8]) -> Option<CriLine> {
     if sp < 20 {
         return None;
     }
-    const OUT_F: u64 = u64::from_le_bytes(*b"stdout F");
-    const OUT_P: u64 = u64::from_le_bytes(*b"stdout P");
-    const ERR_F: u64 = u64::from_le_bytes(*b"stderr F");
-    const ERR_P: u64 = u64::from_le_bytes(*b"stderr P");
-    let (stream, full) = match word(line, sp + 1)? {
-        OUT_F => (Stream::Stdout, true),
-        OUT_P => (Stream::Stdout, false),
-        ERR_F => (Stream::Stderr, true),
-        ERR_P => (Stream::Stderr, false),
-        _ => return None,
-    };
-    Some(CriLine { stream, full })
+    word(line, sp + 1)
 }
 
 #[inline(never)]
@@ -194,7 +210,24 @@ fn looks_like_timestamp(ts: &[u8]) -> bool {
 
 #[inline(always)]
 fn tally(counts: &mut LineCounts, header: &[u8]) {
-    match classify(header) {
+    // The stream and tag alternate unpredictably line by line, so they pick a word to compare
+    // and increments instead of branches: the one branch left is taken for every valid line.
+    if let Some(w) = fields_word(header) {
+        let err = usize::from((w >> 24) as u8 == b'e');
+        let part = usize::from((w >> 56) as u8 == b'P');
+        const WORDS: [u64; 4] = [OUT_F, ERR_F, OUT_P, ERR_P];
+        if w == WORDS[err | part << 1] {
+            counts.stdout += ((err | part) ^ 1) as u64;
+            counts.stderr += (err & (part ^ 1)) as u64;
+            return;
+        }
+    }
+    tally_slow(counts, header);
+}
+
+#[inline(never)]
+fn tally_slow(counts: &mut LineCounts, header: &[u8]) {
+    match classify_slow(header) {
         Ok(CriLine {
             stream: Stream::Stdout,
             full: true,
@@ -205,6 +238,140 @@ fn tally(counts: &mut LineCounts, header: &[u8]) {
         }) => counts.stderr += 1,
         Ok(_) => {}
         Err(_) => counts.malformed += 1,
+    }
+}
+
+/// Bytes examined per newline mask.
+const BLOCK: usize = 64;
+
+/// Bit `i` set when `block[i]` is a newline. SSE2 and NEON are baseline on x86_64 and aarch64.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn newline_mask(block: &[u8; BLOCK]) -> u64 {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+    };
+    // SAFETY: the four unaligned 16-byte loads stay inside the 64-byte array.
+    unsafe {
+        let nl = _mm_set1_epi8(b'\n' as i8);
+        let p = block.as_ptr().cast::<__m128i>();
+        let m = |i: usize| {
+            _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(p.add(i)), nl)) as u16 as u64
+        };
+        m(0) | m(1) << 16 | m(2) << 32 | m(3) << 48
+    }
+}
+
+#[cfg(all(target_arch = "aarch64", target_endian = "little"))]
+#[inline(always)]
+fn newline_mask(block: &[u8; BLOCK]) -> u64 {
+    use std::arch::aarch64::{
+        vandq_u8, vceqq_u8, vdupq_n_u8, vgetq_lane_u64, vld1q_u8, vpaddq_u8, vreinterpretq_u64_u8,
+    };
+    // SAFETY: the four 16-byte loads stay inside the 64-byte array.
+    unsafe {
+        // One bit per lane, then three pairwise adds fold 64 lanes into 64 bits (simdjson's
+        // movemask for NEON).
+        let bits = vld1q_u8([1u8, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128].as_ptr());
+        let nl = vdupq_n_u8(b'\n');
+        let p = block.as_ptr();
+        let m = |i: usize| vandq_u8(vceqq_u8(vld1q_u8(p.add(16 * i)), nl), bits);
+        let lo = vpaddq_u8(m(0), m(1));
+        let hi = vpaddq_u8(m(2), m(3));
+        let all = vpaddq_u8(lo, hi);
+        vgetq_lane_u64::<0>(vreinterpretq_u64_u8(vpaddq_u8(all, all)))
+    }
+}
+
+#[cfg(not(any(
+    target_arch = "x86_64",
+    all(target_arch = "aarch64", target_endian = "little")
+)))]
+#[inline(always)]
+fn newline_mask(block: &[u8; BLOCK]) -> u64 {
+    newline_mask_scalar(block)
+}
+
+/// Reference for the SIMD masks, and the mask on other architectures.
+#[allow(dead_code)]
+fn newline_mask_scalar(block: &[u8; BLOCK]) -> u64 {
+    block
+        .iter()
+        .enumerate()
+        .fold(0, |m, (i, &b)| m | u64::from(b == b'\n') << i)
+}
+
+/// Blocks without a newline after which the line counts as long and memchr strides over it.
+const LONG_LINE_BLOCKS: usize = 4;
+
+/// The index of every newline in a byte string, in order. A memchr call per line costs more
+/// than classifying the line when lines are short; a 64-byte mask costs a few instructions and
+/// then one bit per line. Inside a long line, memchr's wide loop is faster: it takes over after
+/// [`LONG_LINE_BLOCKS`] blocks without a newline.
+struct Newlines<'a> {
+    hay: &'a [u8],
+    /// Newlines of the block starting at `base` not yet returned.
+    mask: u64,
+    base: usize,
+    /// Where the next block starts.
+    next: usize,
+    /// Consecutive blocks without a newline.
+    empty: usize,
+}
+
+impl<'a> Newlines<'a> {
+    fn new(hay: &'a [u8]) -> Self {
+        Newlines {
+            hay,
+            mask: 0,
+            base: 0,
+            next: 0,
+            empty: 0,
+        }
+    }
+
+    /// The next newline from `self.next` on by memchr; the scan goes on after it.
+    #[inline(never)]
+    fn stride(&mut self) -> Option<usize> {
+        let rest = self.hay.get(self.next..)?;
+        let i = self.next + memchr(b'\n', rest)?;
+        self.next = i + 1;
+        self.empty = 0;
+        Some(i)
+    }
+}
+
+impl Iterator for Newlines<'_> {
+    type Item = usize;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<usize> {
+        loop {
+            if self.mask != 0 {
+                let i = self.base + self.mask.trailing_zeros() as usize;
+                self.mask &= self.mask - 1;
+                return Some(i);
+            }
+            let block = self
+                .hay
+                .get(self.next..self.next + BLOCK)
+                .and_then(|b| <&[u8; BLOCK]>::try_from(b).ok());
+            let Some(block) = block else {
+                // Fewer than BLOCK bytes left.
+                return self.stride();
+            };
+            self.mask = newline_mask(block);
+            self.base = self.next;
+            self.next += BLOCK;
+            if self.mask != 0 {
+                self.empty = 0;
+            } else {
+                self.empty += 1;
+                if self.empty >= LONG_LINE_BLOCKS {
+                    return self.stride();
+                }
+            }
+        }
     }
 }
 
@@ -254,11 +421,13 @@ impl CriCounter {
             }
         }
         // Lines wholly inside the chunk: parsed in place, nothing copied.
-        while let Some(i) = memchr(b'\n', rest) {
-            tally(&mut counts, &rest[..i.min(HEADER_CAP)]);
-            rest = &rest[i + 1..];
+        let mut start = 0;
+        for nl in Newlines::new(rest) {
+            let line = &rest[start..nl];
+            tally(&mut counts, &line[..line.len().min(HEADER_CAP)]);
+            start = nl + 1;
         }
-        self.push_carry(rest);
+        self.push_carry(&rest[start..]);
         counts
     }
 
@@ -560,5 +729,134 @@ mod tests {
         let mut big = counts(u64::MAX, 0, 0);
         big.add(&counts(1, 0, 0));
         assert_eq!(big.stdout, u64::MAX);
+    }
+
+    /// Deterministic xorshift for the randomised equivalence tests below.
+    fn rng(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
+    #[test]
+    fn newline_mask_matches_the_scalar_reference() {
+        let mut next = rng(0x2545_f491_4f6c_dd1d);
+        for density in [1, 4, 16, 64, 256] {
+            for _ in 0..2_000 {
+                let mut block = [0u8; BLOCK];
+                for b in block.iter_mut() {
+                    *b = if next() % density == 0 {
+                        b'\n'
+                    } else {
+                        next() as u8
+                    };
+                }
+                assert_eq!(
+                    newline_mask(&block),
+                    newline_mask_scalar(&block),
+                    "{block:?}"
+                );
+            }
+        }
+        assert_eq!(newline_mask(&[b'\n'; BLOCK]), u64::MAX);
+        let mut last = [0u8; BLOCK];
+        last[BLOCK - 1] = b'\n';
+        assert_eq!(newline_mask(&last), 1 << 63);
+    }
+
+    #[test]
+    fn newlines_finds_every_newline_whatever_the_line_lengths() {
+        let mut next = rng(0x9e37_79b9_7f4a_7c15);
+        // Lengths around the block size and the long-line switch, and far beyond it.
+        let spans = [1, 2, 15, 63, 64, 65, 130, 255, 256, 257, 1000, 5000];
+        for round in 0..400 {
+            let mut hay = Vec::new();
+            while hay.len() < 6_000 {
+                let len = spans[(next() % spans.len() as u64) as usize] + (next() % 3) as usize;
+                hay.extend((0..len).map(|_| b'a' + (next() % 26) as u8));
+                hay.push(b'\n');
+            }
+            // Sometimes no trailing newline, sometimes a leading offset that misaligns blocks.
+            if round % 3 == 0 {
+                hay.extend_from_slice(b"tail without newline");
+            }
+            let hay = &hay[round % 70..];
+            let want: Vec<usize> = memchr::memchr_iter(b'\n', hay).collect();
+            let got: Vec<usize> = Newlines::new(hay).collect();
+            assert_eq!(got, want, "round {round}");
+        }
+        assert_eq!(Newlines::new(b"").count(), 0);
+        assert_eq!(Newlines::new(&[b'x'; 1000]).count(), 0);
+        assert_eq!(Newlines::new(&[b'\n'; 1000]).count(), 1000);
+    }
+
+    /// The counter before block-wise newline search: one memchr per line.
+    fn reference_counts(data: &[u8]) -> (LineCounts, usize) {
+        let mut counts = LineCounts::default();
+        let mut rest = data;
+        while let Some(i) = memchr(b'\n', rest) {
+            match parse_line(&rest[..i.min(HEADER_CAP)]) {
+                Ok(CriLine { full: false, .. }) => {}
+                Ok(CriLine {
+                    stream: Stream::Stdout,
+                    ..
+                }) => counts.stdout += 1,
+                Ok(CriLine {
+                    stream: Stream::Stderr,
+                    ..
+                }) => counts.stderr += 1,
+                Err(_) => counts.malformed += 1,
+            }
+            rest = &rest[i + 1..];
+        }
+        (counts, rest.len().min(HEADER_CAP))
+    }
+
+    #[test]
+    fn feed_matches_the_per_line_reference_on_mixed_streams() {
+        let mut next = rng(0x1234_5678_9abc_def1);
+        let headers = [
+            "2026-07-20T04:46:01.123456789Z stdout F ",
+            "2026-07-20T04:46:01.12345678Z stderr F ",
+            "2026-07-20T04:46:01Z stdout P ",
+            "2026-07-20T04:46:01.1+05:30 stderr P ",
+            "2026-07-20T04:46:01.123Z stdin F ",
+            "2026-07-20 stdout F ",
+            "{\"log\":\"x\"} ",
+            "",
+        ];
+        for round in 0..60 {
+            let mut data = Vec::new();
+            while data.len() < 40_000 {
+                let h = headers[(next() % headers.len() as u64) as usize];
+                data.extend_from_slice(h.as_bytes());
+                let len = match next() % 10 {
+                    0 => (next() % 3000) as usize,
+                    1 => 0,
+                    _ => (next() % 150) as usize,
+                };
+                data.extend((0..len).map(|_| b' ' + (next() % 90) as u8));
+                data.push(b'\n');
+            }
+            data.extend_from_slice(headers[round % 2].as_bytes());
+            let (want, pending) = reference_counts(&data);
+            let mut whole = CriCounter::new();
+            assert_eq!(whole.feed(&data), want, "round {round}");
+            assert_eq!(whole.pending(), pending);
+            // Random chunking, as reads of a growing file cut it.
+            let mut c = CriCounter::new();
+            let mut got = LineCounts::default();
+            let mut at = 0;
+            while at < data.len() {
+                let end = (at + 1 + (next() % 9000) as usize).min(data.len());
+                got.add(&c.feed(&data[at..end]));
+                at = end;
+            }
+            assert_eq!(got, want, "round {round}, chunked");
+            assert_eq!(c.pending(), pending);
+        }
     }
 }
