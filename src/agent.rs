@@ -96,6 +96,7 @@ impl Agent {
             NetSampler::new(
                 p.proc.clone(),
                 s.sockets.enabled,
+                s.sockets.tcp_states,
                 s.conntrack.enabled.then(|| ConntrackSettings {
                     trigger: s.conntrack.dump_trigger,
                     interval: s.conntrack.dump_interval,

@@ -60,7 +60,7 @@ fn established(tcp: u64, udp: u64) -> Option<Sock> {
 /// runs (trigger 0), at most once a second.
 fn agent(n: &TestNode, host: &Netns) -> Agent {
     let extra = format!(
-        "samplers:\n  sockets:\n    enabled: true\n  conntrack:\n    enabled: true\n    \
+        "samplers:\n  sockets:\n    enabled: true\n    tcp_states: true\n  conntrack:\n    enabled: true\n    \
          dump_trigger: 0.0\n    dump_interval: 1s\n    host_netns: {}\n",
         host.path().display()
     );

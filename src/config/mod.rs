@@ -99,6 +99,24 @@ impl Default for LogsSampler {
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
+pub struct SocketsSampler {
+    pub enabled: bool,
+    /// TCP sockets by state: needs each pod netns's TCP table, and reading one walks the whole
+    /// TCP hash table the namespaces share. Off by default for that cost.
+    pub tcp_states: bool,
+}
+
+impl Default for SocketsSampler {
+    fn default() -> Self {
+        SocketsSampler {
+            enabled: true,
+            tcp_states: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
 pub struct ConntrackSampler {
     pub enabled: bool,
     /// Host-scope attribution (a dump of the node's table) runs only at or above this fraction
@@ -128,7 +146,7 @@ pub struct Samplers {
     pub memory: Toggle,
     pub processes: Toggle,
     pub logs: LogsSampler,
-    pub sockets: Toggle,
+    pub sockets: SocketsSampler,
     pub conntrack: ConntrackSampler,
 }
 

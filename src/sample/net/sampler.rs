@@ -6,7 +6,7 @@ use super::addrs::{parse_fib_trie_locals, parse_if_inet6};
 use super::conntrack::{netns_entries, NodeConntrack};
 use super::ctnetlink::CtError;
 use super::dump::{DumpOutcome, DumpResult, DumpWorker};
-use super::sockets::{classify_netns, netns_of, FdWalker};
+use super::sockets::{classify_netns, netns_of, FdWalker, Proto};
 use super::sockstat::{parse_sockstat, parse_sockstat6};
 use crate::clock::Clock;
 use crate::discover::{Inventory, WorkloadKind};
@@ -61,6 +61,7 @@ pub struct NetSampler {
     proc_root: PathBuf,
     walker: FdWalker,
     sockets: bool,
+    tcp_states: bool,
     conntrack: Option<ConntrackState>,
     clock: Arc<dyn Clock>,
     host_netns: Option<u64>,
@@ -72,6 +73,7 @@ impl NetSampler {
     pub fn new(
         proc_root: PathBuf,
         sockets: bool,
+        tcp_states: bool,
         conntrack: Option<ConntrackSettings>,
         clock: Arc<dyn Clock>,
     ) -> Self {
@@ -93,6 +95,7 @@ impl NetSampler {
             walker: FdWalker::new(proc_root.clone()),
             proc_root,
             sockets,
+            tcp_states,
             conntrack,
             clock,
             host_netns,
@@ -158,16 +161,31 @@ impl NetSampler {
         errors: &mut Vec<ReadError>,
     ) -> HashMap<usize, SocketCounts> {
         let mut owner: HashMap<u64, usize> = HashMap::new();
-        let mut inodes = Vec::new();
+        let mut counts: HashMap<usize, SocketCounts> = (0..pids.len())
+            .map(|i| (i, SocketCounts::default()))
+            .collect();
+        let mut held = Vec::new();
         let mut denied = None;
         for (i, ps) in pids.iter().enumerate() {
             for &pid in ps {
-                inodes.clear();
-                match self.walker.socket_inodes(pid, &mut inodes) {
-                    // A socket shared across workloads (passed over a unix socket) counts once.
-                    Ok(_) => inodes.iter().for_each(|&n| {
-                        owner.entry(n).or_insert(i);
-                    }),
+                held.clear();
+                match self.walker.sockets(pid, &mut held) {
+                    Ok(_) => {
+                        for &(inode, proto) in &held {
+                            // A socket shared across workloads (passed over a unix socket, or
+                            // inherited) counts once, for the first.
+                            if owner.contains_key(&inode) {
+                                continue;
+                            }
+                            owner.insert(inode, i);
+                            let c = counts.entry(i).or_default();
+                            match proto {
+                                Proto::Tcp => c.tcp += 1,
+                                Proto::Udp => c.udp += 1,
+                                Proto::Other => {}
+                            }
+                        }
+                    }
                     Err(e) => {
                         if e.kind() == ErrorKind::Permission {
                             denied = Some(e.to_string());
@@ -178,16 +196,18 @@ impl NetSampler {
             }
         }
         self.set_feature("sockets", denied);
-        let mut counts: HashMap<usize, SocketCounts> = (0..pids.len())
-            .map(|i| (i, SocketCounts::default()))
-            .collect();
-        if owner.is_empty() {
-            return counts;
-        }
-        for &pid in netns_pid.values() {
-            if let Err(e) = classify_netns(&self.proc_root, pid, &owner, &mut counts, &mut self.buf)
-            {
-                errors.push(e);
+        // TCP states need the per-netns tables: opt-in, for their kernel cost.
+        if self.tcp_states && !owner.is_empty() {
+            let mut by_table: HashMap<usize, SocketCounts> = HashMap::new();
+            for &pid in netns_pid.values() {
+                if let Err(e) =
+                    classify_netns(&self.proc_root, pid, &owner, &mut by_table, &mut self.buf)
+                {
+                    errors.push(e);
+                }
+            }
+            for (i, t) in by_table {
+                counts.entry(i).or_default().tcp_states = t.tcp_states;
             }
         }
         counts
