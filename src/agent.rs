@@ -2,6 +2,7 @@
 //! tick loop. `Agent::tick` is synchronous so tests drive it directly.
 
 use crate::action::cgroup::{CgroupActuator, Freezer};
+use crate::action::enforce::Enforcer;
 use crate::action::guard::Guard;
 use crate::action::{Actuator, DryRun};
 use crate::clock::{Clock, SystemClock};
@@ -48,26 +49,32 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// The agent with the actuator its config asks for: a dry run, or real cgroup writes.
+    /// The agent with the actuator its config asks for: a dry run, or real cgroup writes. Thaws
+    /// that undo our holds always go to the real cgroup writer, in a dry run too.
     pub fn new(config: Config, clock: Arc<dyn Clock>) -> Result<Agent, AgentError> {
         let layout = CgroupLayout::detect(&config.paths.cgroup)
             .ok_or_else(|| AgentError::NoCgroups(config.paths.cgroup.clone()))?;
-        let actuator: Box<dyn Actuator> = if config.guard.dry_run {
-            Box::new(DryRun)
-        } else {
+        let writer = || {
             Box::new(CgroupActuator::new(
                 Freezer::detect(&layout),
                 config.guard.freeze_timeout,
             ))
         };
-        Agent::with_actuator(config, clock, actuator)
+        let act: Box<dyn Actuator> = if config.guard.dry_run {
+            Box::new(DryRun)
+        } else {
+            writer()
+        };
+        let undo = writer();
+        Agent::with_actuators(config, clock, act, undo)
     }
 
-    /// The agent with a given actuator (tests record what it would write).
-    pub fn with_actuator(
+    /// The agent with given actuators for new holds and for undoing them (tests record).
+    pub fn with_actuators(
         config: Config,
         clock: Arc<dyn Clock>,
-        actuator: Box<dyn Actuator>,
+        act: Box<dyn Actuator>,
+        undo: Box<dyn Actuator>,
     ) -> Result<Agent, AgentError> {
         let layout = CgroupLayout::detect(&config.paths.cgroup)
             .ok_or_else(|| AgentError::NoCgroups(config.paths.cgroup.clone()))?;
@@ -112,13 +119,13 @@ impl Agent {
             config.node_name.clone()
         };
         let started = unix_seconds(clock.as_ref());
-        let guard = Guard::new(
-            config.guard.clone(),
-            clock.clone(),
+        let enforcer = Enforcer::new(
+            act,
+            undo,
             Freezer::detect(&layout),
-            actuator,
-            node.clone(),
+            config.guard.state_file.clone(),
         );
+        let guard = Guard::new(config.guard.clone(), clock.clone(), enforcer, node.clone());
         Ok(Agent {
             guard,
             selfstat: SelfReader::new(p.proc.clone()),
@@ -223,7 +230,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut ticker = tokio::time::interval(interval);
     // A slow tick delays the next one instead of stacking up behind it.
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Both streams are made once: a signal that arrives during a tick is queued, not lost.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
         tokio::select! {
             _ = ticker.tick() => {
@@ -236,7 +245,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
             }
             _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
-            _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
         }
     }
     tokio::task::spawn_blocking(move || agent.shutdown()).await?;

@@ -163,6 +163,13 @@ impl Snapshot {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct GuardStatus {
     pub dry_run: bool,
+    /// The last write of the state file succeeded; no new hold is applied while it is false.
+    pub state_durable: bool,
+    pub state_write_failures_total: u64,
+    /// Where an unreadable state file was kept aside at start.
+    pub state_quarantined: Option<String>,
+    /// Cgroups we froze whose thaw failed, retried every tick.
+    pub thaws_pending: usize,
     pub breakers: Vec<BreakerView>,
     pub pending: Vec<PendingView>,
     /// (rule, action, outcome, count) since start.

@@ -3,12 +3,13 @@
 //! new instances, released after their hold (half-open), reset by a new revision, persisted.
 
 use super::breaker::{next_hold, Breaker, BreakerId, BreakerState};
-use super::cgroup::{CgroupHandle, Freezer};
+use super::cgroup::CgroupHandle;
+use super::enforce::Enforcer;
 use super::notify::{Event, Notifier};
 use super::owner::owner_of;
 use super::state::{self, ActedCgroup, PersistedBreaker, StateFile};
 use super::throttle::Throttle;
-use super::{Actuator, Outcome};
+use super::Outcome;
 use crate::clock::Clock;
 use crate::config::guard::GuardConfig;
 use crate::rule::signal::node_key;
@@ -27,8 +28,11 @@ pub struct Guard {
     engine: RuleEngine,
     breakers: BTreeMap<Key, Breaker>,
     throttle: Throttle,
-    actuator: Box<dyn Actuator>,
-    freezer: Freezer,
+    enforcer: Enforcer,
+    /// Cgroups we froze whose thaw failed: retried every tick, persisted until thawed.
+    unthawed: Vec<CgroupHandle>,
+    /// Where an unreadable state file was moved at start, if it was.
+    state_quarantined: Option<String>,
     notifier: Notifier,
     protected_namespaces: Vec<String>,
     node: String,
@@ -39,6 +43,14 @@ pub struct Guard {
     quiet: HashSet<(usize, WorkloadId, &'static str)>,
     /// Revisions replaced by a newer one, per identity, while they still run.
     superseded: HashMap<BreakerId, HashSet<String>>,
+}
+
+/// `now + d`, saturating far in the future instead of overflowing (config bounds every duration;
+/// this keeps arithmetic on a hold total even so).
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86400)))
+        .unwrap_or(now)
 }
 
 fn unix(t: SystemTime) -> f64 {
@@ -102,13 +114,7 @@ fn held_by<'a>(b: &Breaker, snap: &'a Snapshot) -> Vec<&'a WorkloadSignals> {
 }
 
 impl Guard {
-    pub fn new(
-        cfg: GuardConfig,
-        clock: Arc<dyn Clock>,
-        freezer: Freezer,
-        actuator: Box<dyn Actuator>,
-        node: String,
-    ) -> Guard {
+    pub fn new(cfg: GuardConfig, clock: Arc<dyn Clock>, enforcer: Enforcer, node: String) -> Guard {
         let mut protected_namespaces = cfg.protect.namespaces.clone();
         if let Ok(ns) = std::env::var("POD_NAMESPACE") {
             if !ns.is_empty() && !protected_namespaces.contains(&ns) {
@@ -122,8 +128,9 @@ impl Guard {
             cfg,
             clock,
             breakers: BTreeMap::new(),
-            actuator,
-            freezer,
+            enforcer,
+            unthawed: Vec::new(),
+            state_quarantined: None,
             protected_namespaces,
             node,
             pending_handles: HashMap::new(),
@@ -157,25 +164,14 @@ impl Guard {
         None
     }
 
-    /// The cgroup holds the agent itself or pid 1/2: never frozen, whatever the config says.
-    fn holds_protected_pid(h: &CgroupHandle) -> bool {
-        let own = std::process::id();
-        std::fs::read_to_string(h.path.join("cgroup.procs"))
-            .map(|t| {
-                crate::discover::parse_procs(&t)
-                    .iter()
-                    .any(|p| *p == own || *p <= 2)
-            })
-            .unwrap_or(false)
-    }
-
     fn wall(&self, now: Instant, at: Instant) -> f64 {
         let w = self.clock.wall();
-        if at >= now {
-            unix(w + (at - now))
+        let t = if at >= now {
+            w.checked_add(at - now)
         } else {
-            unix(w - (now - at))
-        }
+            w.checked_sub(now - at)
+        };
+        t.map(unix).unwrap_or(0.0)
     }
 
     fn event(
@@ -214,7 +210,8 @@ impl Guard {
     pub fn step(&mut self, snap: &Snapshot) -> GuardStatus {
         let now = self.clock.now();
         self.throttle.begin_tick();
-        let mut changed = self.releases();
+        let mut changed = self.retry_thaws();
+        changed |= self.releases();
         // Expiring holds reset their rule's progress first, so a half-open workload must hold
         // the full `for` again before it trips again.
         changed |= self.maintain(now, snap);
@@ -253,30 +250,17 @@ impl Guard {
                         .cgroup
                         .as_deref()
                 })
-                .filter_map(|rel| CgroupHandle::open(&self.freezer, rel).ok())
+                .filter_map(|rel| self.enforcer.open(rel).ok())
                 .collect();
             self.pending_handles.insert((rule, key), handles);
-        }
-    }
-
-    fn apply(&mut self, action: ActionKind, h: &CgroupHandle) -> Outcome {
-        // The path was removed or recreated since the hold started: never the cgroup we meant.
-        if !h.same_cgroup() {
-            return Outcome::Replaced;
-        }
-        if Guard::holds_protected_pid(h) {
-            return Outcome::Failed("the cgroup holds pid 1, pid 2 or the agent".into());
-        }
-        match action {
-            ActionKind::Freeze => self.actuator.freeze(h),
-            ActionKind::Kill => self.actuator.kill(h),
-            ActionKind::Report => Outcome::Done,
         }
     }
 
     /// Hold expiry, probation end, new revisions, and enforcement on new instances.
     fn maintain(&mut self, now: Instant, snap: &Snapshot) -> bool {
         let mut changed = false;
+        // New instances of held workloads, held after the loop (each recorded before it is).
+        let mut to_hold: Vec<(Key, String)> = Vec::new();
         let keys: Vec<Key> = self.breakers.keys().cloned().collect();
         for key in keys {
             let Some(mut b) = self.breakers.remove(&key) else {
@@ -299,7 +283,7 @@ impl Guard {
                 BreakerState::Open if b.hold_until.is_some_and(|t| now >= t) => {
                     self.thaw_all(&mut b);
                     b.state = BreakerState::HalfOpen;
-                    b.probation_until = Some(now + self.cfg.probation);
+                    b.probation_until = Some(later(now, self.cfg.probation));
                     let id = b.id.clone();
                     self.engine.reset_matching(b.rule, |k| {
                         k.namespace == id.namespace
@@ -329,23 +313,8 @@ impl Guard {
                         }
                         b.enforced.insert(inst);
                         b.pod = w.id.pod.clone();
-                        let Some(rel) = w.cgroup.as_deref() else {
-                            continue;
-                        };
-                        match CgroupHandle::open(&self.freezer, rel) {
-                            Ok(h) => {
-                                let out = self.apply(ActionKind::Freeze, &h);
-                                self.count(b.rule, "freeze", out.as_str());
-                                let e = self.event(&b, "reapplied", out.as_str(), Duration::ZERO);
-                                self.notifier.send(e);
-                                if matches!(out, Outcome::Done | Outcome::DryRun) {
-                                    b.acted.push(h);
-                                }
-                                changed = true;
-                            }
-                            Err(e) => {
-                                tracing::warn!(cgroup = rel, error = %e, "cannot open a held workload's cgroup")
-                            }
+                        if let Some(rel) = w.cgroup.as_deref() {
+                            to_hold.push((key.clone(), rel.to_owned()));
                         }
                     }
                 }
@@ -353,16 +322,70 @@ impl Guard {
             }
             self.breakers.insert(key, b);
         }
+        for (key, rel) in to_hold {
+            changed |= self.hold_new_instance(&key, &rel);
+        }
         changed
     }
 
+    /// Freezes a new instance of a held workload: recorded in the state file first.
+    fn hold_new_instance(&mut self, key: &Key, rel: &str) -> bool {
+        let h = match self.enforcer.open(rel) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(cgroup = rel, error = %e, "cannot open a held workload's cgroup");
+                return false;
+            }
+        };
+        let Some(b) = self.breakers.get_mut(key) else {
+            return false;
+        };
+        let h = if self.cfg.dry_run {
+            h
+        } else {
+            b.acted.push(h);
+            self.persist();
+            match self.breakers.get_mut(key).and_then(|b| b.acted.pop()) {
+                Some(h) => h,
+                None => return false,
+            }
+        };
+        let Some(mut b) = self.breakers.remove(key) else {
+            return false;
+        };
+        let out = self.enforcer.apply(ActionKind::Freeze, &h);
+        self.count(b.rule, "freeze", out.as_str());
+        let e = self.event(&b, "reapplied", out.as_str(), Duration::ZERO);
+        self.notifier.send(e);
+        if out == Outcome::Done {
+            b.acted.push(h);
+        }
+        self.breakers.insert(key.clone(), b);
+        true
+    }
+
+    /// Undoes every hold of a breaker; a thaw that fails is kept and retried every tick.
     fn thaw_all(&mut self, b: &mut Breaker) {
         for h in b.acted.drain(..) {
-            if let Outcome::Failed(e) = self.actuator.thaw(&h) {
-                tracing::error!(cgroup = %h.path.display(), error = %e, "thaw failed");
+            if let Outcome::Failed(_) = self.enforcer.undo(&h) {
+                self.unthawed.push(h);
             }
         }
         b.enforced.clear();
+    }
+
+    fn retry_thaws(&mut self) -> bool {
+        if self.unthawed.is_empty() {
+            return false;
+        }
+        let before = self.unthawed.len();
+        let pending = std::mem::take(&mut self.unthawed);
+        for h in pending {
+            if let Outcome::Failed(_) = self.enforcer.undo(&h) {
+                self.unthawed.push(h);
+            }
+        }
+        self.unthawed.len() != before
     }
 
     fn trip(&mut self, now: Instant, snap: &Snapshot, ev: &Evaluation) -> bool {
@@ -418,33 +441,100 @@ impl Guard {
             self.quiet
                 .retain(|(r, t, _)| !(*r == f.rule && *t == f.target));
             let hold = next_hold(rule.hold, previous, self.cfg.max_hold);
-            let mut outcomes = Vec::new();
-            let mut acted = Vec::new();
-            let mut enforced = HashSet::new();
             let mut handles = self
                 .pending_handles
                 .remove(&(f.rule, f.target.clone()))
                 .unwrap_or_default();
-            for w in &targets {
-                let Some(rel) = w.cgroup.as_deref() else {
-                    continue;
+            // Each target's handle: the one opened when the hold started, else opened now.
+            let opened: Vec<(&WorkloadSignals, std::io::Result<CgroupHandle>)> = targets
+                .iter()
+                .filter_map(|w| {
+                    let rel = w.cgroup.as_deref()?;
+                    let h = match handles.iter().position(|h| h.rel == rel) {
+                        Some(i) => Ok(handles.swap_remove(i)),
+                        None => self.enforcer.open(rel),
+                    };
+                    Some((*w, h))
+                })
+                .collect();
+            let signal = match &rule.condition {
+                Condition::Threshold { signal, .. } => format!("{signal:?}"),
+                Condition::RestartLoop(_) => "restart bursts".to_owned(),
+            };
+            let trips = self.breakers.get(&key).map_or(0, |b| b.trips);
+            let spared_pods = snap
+                .workloads
+                .iter()
+                .filter(|w| matches_id(&key.0, w) && w.id.pod != first.id.pod)
+                .map(|w| w.id.pod.clone())
+                .collect();
+            let mut b = Breaker {
+                id: key.0.clone(),
+                rule: f.rule,
+                action: rule.action,
+                state: BreakerState::Open,
+                pod: first.id.pod.clone(),
+                revision: revision.clone(),
+                reason: reason(&signal, f),
+                value: f.value,
+                threshold: f.threshold,
+                opened_at: now,
+                hold_until: hold.map(|h| later(now, h)),
+                probation_until: None,
+                hold: hold.unwrap_or_default(),
+                trips: trips + 1,
+                acted: Vec::new(),
+                enforced: HashSet::new(),
+                spared_pods,
+            };
+            let mut planned = Vec::new();
+            let mut outcomes = Vec::new();
+            for (w, h) in opened {
+                match h {
+                    // A report touches no cgroup: it holds as soon as it is recorded.
+                    _ if rule.action == ActionKind::Report => {
+                        self.count(f.rule, rule.action.as_str(), Outcome::Done.as_str());
+                        b.enforced
+                            .insert(w.container_id.clone().unwrap_or_default());
+                        outcomes.push(Outcome::Done);
+                    }
+                    Ok(h) => planned.push((w, h)),
+                    Err(e) => {
+                        let rel = w.cgroup.as_deref().unwrap_or_default();
+                        let out = Outcome::Failed(format!("open {rel}: {e}"));
+                        self.count(f.rule, rule.action.as_str(), out.as_str());
+                        outcomes.push(out);
+                    }
+                }
+            }
+            // Write-ahead: the breaker and every cgroup it is about to freeze are durable before
+            // the first write to a cgroup (the enforcer refuses to act otherwise).
+            let (workloads, mut hs): (Vec<&WorkloadSignals>, Vec<CgroupHandle>) =
+                planned.into_iter().unzip();
+            if rule.action != ActionKind::Report {
+                if rule.action == ActionKind::Freeze && !self.cfg.dry_run {
+                    b.acted = std::mem::take(&mut hs);
+                }
+                self.breakers.insert(key.clone(), b);
+                self.persist();
+                b = match self.breakers.remove(&key) {
+                    Some(b) => b,
+                    None => continue,
                 };
-                // The handle opened when the hold started; a target without one is opened now.
-                let h = match handles.iter().position(|h| h.rel == rel) {
-                    Some(i) => Ok(handles.swap_remove(i)),
-                    None => CgroupHandle::open(&self.freezer, rel),
-                };
-                let out = match &h {
-                    _ if rule.action == ActionKind::Report => Outcome::Done,
-                    Ok(h) => self.apply(rule.action, h),
-                    Err(e) => Outcome::Failed(format!("open {rel}: {e}")),
-                };
+                if rule.action == ActionKind::Freeze && !self.cfg.dry_run {
+                    hs = std::mem::take(&mut b.acted);
+                }
+            }
+            for (w, h) in workloads.into_iter().zip(hs) {
+                let out = self.enforcer.apply(rule.action, &h);
                 self.count(f.rule, rule.action.as_str(), out.as_str());
                 if matches!(out, Outcome::Done | Outcome::DryRun) {
-                    enforced.insert(w.container_id.clone().unwrap_or_default());
-                    if let (Ok(h), ActionKind::Freeze) = (h, rule.action) {
-                        acted.push(h);
-                    }
+                    b.enforced
+                        .insert(w.container_id.clone().unwrap_or_default());
+                }
+                // Only what was really frozen is ours to thaw.
+                if out == Outcome::Done && rule.action == ActionKind::Freeze {
+                    b.acted.push(h);
                 }
                 outcomes.push(out);
             }
@@ -460,37 +550,6 @@ impl Guard {
                 .iter()
                 .any(|o| matches!(o, Outcome::Done | Outcome::DryRun));
             let outcome = summarize(&outcomes);
-            let signal = match &rule.condition {
-                Condition::Threshold { signal, .. } => format!("{signal:?}"),
-                Condition::RestartLoop(_) => "restart bursts".to_owned(),
-            };
-            let reason = reason(&signal, f);
-            let trips = self.breakers.get(&key).map_or(0, |b| b.trips);
-            let spared_pods = snap
-                .workloads
-                .iter()
-                .filter(|w| matches_id(&key.0, w) && w.id.pod != first.id.pod)
-                .map(|w| w.id.pod.clone())
-                .collect();
-            let b = Breaker {
-                id: key.0.clone(),
-                rule: f.rule,
-                action: rule.action,
-                state: BreakerState::Open,
-                pod: first.id.pod.clone(),
-                revision: revision.clone(),
-                reason,
-                value: f.value,
-                threshold: f.threshold,
-                opened_at: now,
-                hold_until: hold.map(|h| now + h),
-                probation_until: None,
-                hold: hold.unwrap_or_default(),
-                trips: trips + 1,
-                acted,
-                enforced,
-                spared_pods,
-            };
             let transition = if ok { "opened" } else { "action_failed" };
             let e = self.event(&b, transition, &outcome, f.held_for);
             self.notifier.send(e);
@@ -537,22 +596,32 @@ impl Guard {
     /// Fail open: thaw everything this agent froze. Breakers stay in the state file, so a
     /// restarted agent re-applies holds that are still due.
     pub fn shutdown(&mut self) {
+        self.retry_thaws();
         let keys: Vec<Key> = self.breakers.keys().cloned().collect();
         for k in keys {
-            if let Some(b) = self.breakers.get(&k) {
-                // The handles stay in the breaker (and the state file): a restart re-applies them.
-                for h in &b.acted {
-                    if let Outcome::Failed(e) = self.actuator.thaw(h) {
-                        tracing::error!(cgroup = %h.path.display(), error = %e, "thaw at shutdown failed");
-                    }
-                }
+            let Some(b) = self.breakers.remove(&k) else {
+                continue;
+            };
+            // The handles stay in the breaker (and the state file): a restart re-applies them.
+            for h in &b.acted {
+                self.enforcer.undo(h);
             }
+            self.breakers.insert(k, b);
         }
         self.persist();
     }
 
-    fn persist(&self) {
+    /// Writes the state file; `false` when it could not be (the enforcer then refuses to act).
+    fn persist(&mut self) -> bool {
         let now = self.clock.now();
+        let acted = |hs: &[CgroupHandle]| {
+            hs.iter()
+                .map(|h| ActedCgroup {
+                    cgroup: h.rel.clone(),
+                    inode: h.ino,
+                })
+                .collect()
+        };
         let breakers = self
             .breakers
             .values()
@@ -571,14 +640,7 @@ impl Guard {
                 probation_until: b.probation_until.map(|t| self.wall(now, t)),
                 hold_seconds: b.hold.as_secs_f64(),
                 trips: b.trips,
-                acted: b
-                    .acted
-                    .iter()
-                    .map(|h| ActedCgroup {
-                        cgroup: h.rel.clone(),
-                        inode: h.ino,
-                    })
-                    .collect(),
+                acted: acted(&b.acted),
                 spared_pods: b.spared_pods.iter().cloned().collect(),
             })
             .collect();
@@ -586,47 +648,95 @@ impl Guard {
             version: state::VERSION,
             saved_at: unix(self.clock.wall()),
             breakers,
+            thaw: acted(&self.unthawed),
         };
-        if let Err(e) = state::save(&self.cfg.state_file, &file) {
-            tracing::error!(path = %self.cfg.state_file.display(), error = %e, "cannot write the breaker state");
-        }
+        self.enforcer.persist(&file)
     }
 
-    /// Reads the state file: holds still due are re-applied, expired ones thawed.
+    /// Reads the state file at start. Holds still due are re-applied when enforcing; in a dry
+    /// run, and for expired holds, what we froze is thawed for real. A file that cannot be read
+    /// is moved aside (never overwritten) and the cgroups it names are thawed: with the record
+    /// of the hold lost, failing open is the only safe choice.
     fn restore(&mut self) {
-        let file = match state::load(&self.cfg.state_file) {
+        let path = self.enforcer.state_file().to_path_buf();
+        let file = match state::load(&path) {
             Ok(Some(f)) => f,
-            Ok(None) => return,
+            Ok(None) => {
+                self.persist();
+                return;
+            }
             Err(e) => {
-                tracing::error!(error = %e, "breaker state unreadable: starting with none");
+                let salvaged = std::fs::read_to_string(&path)
+                    .map(|t| state::salvage_acted(&t))
+                    .unwrap_or_default();
+                let secs = self
+                    .clock
+                    .wall()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                match state::quarantine(&path, secs) {
+                    Ok(aside) => {
+                        tracing::error!(error = %e, kept_at = %aside.display(), thawing = salvaged.len(), "breaker state unreadable: kept aside, thawing the cgroups it names, starting with no breakers");
+                        self.state_quarantined = Some(aside.display().to_string());
+                    }
+                    Err(qe) => {
+                        tracing::error!(error = %e, rename_error = %qe, "breaker state unreadable and cannot be moved aside: not acting until it can be written");
+                        self.state_quarantined = Some(path.display().to_string());
+                        for a in &salvaged {
+                            if let Some(h) = self.enforcer.reopen(&a.cgroup, a.inode) {
+                                self.enforcer.undo(&h);
+                            }
+                        }
+                        // Saving now would overwrite the only record: leave the enforcer
+                        // without a durable state, so it refuses to act.
+                        return;
+                    }
+                }
+                for a in &salvaged {
+                    if let Some(h) = self.enforcer.reopen(&a.cgroup, a.inode) {
+                        if let Outcome::Failed(_) = self.enforcer.undo(&h) {
+                            self.unthawed.push(h);
+                        }
+                    }
+                }
+                self.persist();
                 return;
             }
         };
         let now = self.clock.now();
         let wall_now = unix(self.clock.wall());
+        // Persisted numbers are range-checked by `state::parse`; the arithmetic saturates anyway.
         let at = |t: f64| {
-            let d = Duration::from_secs_f64((t - wall_now).abs());
+            let d = Duration::try_from_secs_f64((t - wall_now).abs()).unwrap_or(Duration::ZERO);
             if t >= wall_now {
-                now + d
+                later(now, d)
             } else {
                 now.checked_sub(d).unwrap_or(now)
             }
         };
+        for a in &file.thaw {
+            if let Some(h) = self.enforcer.reopen(&a.cgroup, a.inode) {
+                if let Outcome::Failed(_) = self.enforcer.undo(&h) {
+                    self.unthawed.push(h);
+                }
+            }
+        }
+        let mut reapply = Vec::new();
         for p in file.breakers {
+            let handles: Vec<CgroupHandle> = p
+                .acted
+                .iter()
+                .filter_map(|a| self.enforcer.reopen(&a.cgroup, a.inode))
+                .collect();
             let Some(rule) = self.cfg.rules.iter().position(|r| r.name == p.rule) else {
                 tracing::warn!(rule = %p.rule, "a persisted breaker's rule no longer exists: dropping it");
-                for a in &p.acted {
-                    if let Some(h) = CgroupHandle::reopen(&self.freezer, &a.cgroup, a.inode) {
-                        let _ = self.actuator.thaw(&h);
+                for h in handles {
+                    if let Outcome::Failed(_) = self.enforcer.undo(&h) {
+                        self.unthawed.push(h);
                     }
                 }
                 continue;
             };
-            let handles: Vec<CgroupHandle> = p
-                .acted
-                .iter()
-                .filter_map(|a| CgroupHandle::reopen(&self.freezer, &a.cgroup, a.inode))
-                .collect();
             let mut b = Breaker {
                 id: p.id,
                 rule,
@@ -640,41 +750,67 @@ impl Guard {
                 opened_at: at(p.since),
                 hold_until: p.hold_until.map(at),
                 probation_until: p.probation_until.map(at),
-                hold: Duration::from_secs_f64(p.hold_seconds.max(0.0)),
+                hold: Duration::try_from_secs_f64(p.hold_seconds).unwrap_or(Duration::ZERO),
                 trips: p.trips,
                 acted: Vec::new(),
                 enforced: HashSet::new(),
                 spared_pods: p.spared_pods.into_iter().collect(),
             };
             let due = b.state == BreakerState::Open && b.hold_until.is_none_or(|t| t > now);
+            let hold = due && b.action != ActionKind::Report && !self.cfg.dry_run;
             for h in handles {
-                if due && b.action != ActionKind::Report {
-                    let out = self.apply(ActionKind::Freeze, &h);
-                    if matches!(out, Outcome::Done | Outcome::DryRun) {
-                        b.acted.push(h);
-                    }
-                } else {
-                    let _ = self.actuator.thaw(&h);
+                if hold {
+                    // Recorded again below before it is re-applied.
+                    b.acted.push(h);
+                } else if let Outcome::Failed(_) = self.enforcer.undo(&h) {
+                    self.unthawed.push(h);
                 }
             }
-            let e = self.event(
-                &b,
-                "restored",
-                if due {
-                    "hold re-applied"
-                } else {
-                    "hold expired"
-                },
-                Duration::ZERO,
-            );
+            let outcome = if !due {
+                "hold expired"
+            } else if self.cfg.dry_run && b.action != ActionKind::Report {
+                "dry run: hold kept, cgroups thawed"
+            } else {
+                "hold re-applied"
+            };
+            let e = self.event(&b, "restored", outcome, Duration::ZERO);
             self.notifier.send(e);
-            self.breakers.insert((b.id.clone(), rule), b);
+            let key = (b.id.clone(), rule);
+            if hold {
+                reapply.push(key.clone());
+            }
+            self.breakers.insert(key, b);
         }
+        self.persist();
+        for key in reapply {
+            let Some(mut b) = self.breakers.remove(&key) else {
+                continue;
+            };
+            let acted = std::mem::take(&mut b.acted);
+            for h in acted {
+                match self.enforcer.apply(ActionKind::Freeze, &h) {
+                    Outcome::Done => b.acted.push(h),
+                    // Not ours to hold any more (replaced, protected, or no durable record):
+                    // make sure it is not left frozen either.
+                    _ => {
+                        if let Outcome::Failed(_) = self.enforcer.undo(&h) {
+                            self.unthawed.push(h);
+                        }
+                    }
+                }
+            }
+            self.breakers.insert(key, b);
+        }
+        self.persist();
     }
 
     fn status(&self, now: Instant, ev: &Evaluation) -> GuardStatus {
         GuardStatus {
             dry_run: self.cfg.dry_run,
+            state_durable: self.enforcer.durable(),
+            state_write_failures_total: self.enforcer.state_write_failures(),
+            state_quarantined: self.state_quarantined.clone(),
+            thaws_pending: self.unthawed.len(),
             breakers: self
                 .breakers
                 .values()

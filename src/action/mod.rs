@@ -4,6 +4,7 @@
 
 pub mod breaker;
 pub mod cgroup;
+pub mod enforce;
 pub mod guard;
 pub mod notify;
 pub mod owner;
