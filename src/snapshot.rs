@@ -36,11 +36,29 @@ pub struct Held<T> {
     pub stale: bool,
 }
 
+/// What a workload is: a Kubernetes container, or a systemd unit or other host cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Container,
+    Unit,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 2] = [Kind::Container, Kind::Unit];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Container => "container",
+            Kind::Unit => "unit",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WorkloadSignals {
     pub id: WorkloadId,
-    /// "container" or "unit".
-    pub kind: &'static str,
+    pub kind: Kind,
     pub qos: Option<QosClass>,
     pub pod_uid: Option<String>,
     /// The running instance (container id or unit cgroup); `None` while it has no cgroup, e.g.

@@ -91,7 +91,7 @@ fn row(w: &WorkloadSignals) -> Row {
             w.id.pod.clone(),
             w.id.container.clone(),
         ),
-        kind: w.kind,
+        kind: w.kind.as_str(),
         qos: w.qos,
         pod_uid: w.pod_uid.clone(),
         container_id: w.container_id.clone(),

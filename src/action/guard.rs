@@ -12,10 +12,9 @@ use super::throttle::Throttle;
 use super::Outcome;
 use crate::clock::Clock;
 use crate::config::guard::GuardConfig;
-use crate::rule::signal::node_key;
+use crate::rule::signal::Target;
 use crate::rule::{ActionKind, Condition, Evaluation, Firing, RuleEngine};
-use crate::snapshot::{BreakerView, GuardStatus, PendingView, Snapshot, WorkloadSignals};
-use crate::workload::WorkloadId;
+use crate::snapshot::{BreakerView, GuardStatus, Kind, PendingView, Snapshot, WorkloadSignals};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -37,10 +36,10 @@ pub struct Guard {
     protected_namespaces: Vec<String>,
     node: String,
     /// Handles opened when a rule's hold started on a target, used when it trips.
-    pending_handles: HashMap<(usize, WorkloadId), Vec<CgroupHandle>>,
+    pending_handles: HashMap<(usize, Target), Vec<CgroupHandle>>,
     actions: BTreeMap<(String, &'static str, &'static str), u64>,
     /// (rule, target) already logged as protected or deferred: logged once, not per tick.
-    quiet: HashSet<(usize, WorkloadId, &'static str)>,
+    quiet: HashSet<(usize, Target, &'static str)>,
     /// Revisions replaced by a newer one, per identity, while they still run.
     superseded: HashMap<BreakerId, HashSet<String>>,
 }
@@ -75,7 +74,7 @@ pub fn glob(pattern: &str, text: &str) -> bool {
 
 /// A workload's breaker identity and revision.
 pub fn identity(w: &WorkloadSignals) -> (BreakerId, String) {
-    if w.kind == "unit" {
+    if w.kind == Kind::Unit {
         return (
             BreakerId {
                 namespace: String::new(),
@@ -94,6 +93,23 @@ pub fn identity(w: &WorkloadSignals) -> (BreakerId, String) {
         },
         o.revision,
     )
+}
+
+/// A rule target that belongs to what a breaker holds (its owner, one container or all).
+fn covers(id: &BreakerId, k: &Target) -> bool {
+    match k {
+        Target::Workload(w) => {
+            w.namespace == id.namespace
+                && owner_of(&w.pod, "").name == id.owner
+                && (id.container.is_empty() || w.container == id.container)
+        }
+        Target::Pod { namespace, pod } => {
+            *namespace == id.namespace
+                && owner_of(pod, "").name == id.owner
+                && id.container.is_empty()
+        }
+        Target::Node => false,
+    }
 }
 
 fn matches_id(id: &BreakerId, w: &WorkloadSignals) -> bool {
@@ -148,7 +164,7 @@ impl Guard {
 
     /// Why a workload must not be acted on, if it must not.
     fn protected(&self, w: &WorkloadSignals) -> Option<&'static str> {
-        if w.kind == "unit" {
+        if w.kind == Kind::Unit {
             if !self.cfg.host_units.contains(&w.id.container) {
                 return Some("outside kubepods and not listed in guard.host_units");
             }
@@ -234,11 +250,11 @@ impl Guard {
 
     /// Opens the targets' cgroups when a hold starts, so the action later hits the same ones.
     fn track_pending(&mut self, snap: &Snapshot, ev: &Evaluation) {
-        let live: HashSet<(usize, WorkloadId)> =
+        let live: HashSet<(usize, Target)> =
             ev.pending.iter().map(|(r, k, _)| (*r, k.clone())).collect();
         self.pending_handles.retain(|k, _| live.contains(k));
         for (rule, key) in live {
-            if key == node_key() || self.pending_handles.contains_key(&(rule, key.clone())) {
+            if key == Target::Node || self.pending_handles.contains_key(&(rule, key.clone())) {
                 continue;
             }
             let handles = crate::rule::signal::targets(snap, &key)
@@ -285,11 +301,7 @@ impl Guard {
                     b.state = BreakerState::HalfOpen;
                     b.probation_until = Some(later(now, self.cfg.probation));
                     let id = b.id.clone();
-                    self.engine.reset_matching(b.rule, |k| {
-                        k.namespace == id.namespace
-                            && owner_of(&k.pod, "").name == id.owner
-                            && (id.container.is_empty() || k.container == id.container)
-                    });
+                    self.engine.reset_matching(b.rule, |k| covers(&id, k));
                     let e = self.event(&b, "half_open", "thawed", Duration::ZERO);
                     self.notifier.send(e);
                     changed = true;
@@ -405,7 +417,7 @@ impl Guard {
                 continue;
             };
             let (mut id, revision) = identity(first);
-            if f.target.container.is_empty() {
+            if matches!(f.target, Target::Pod { .. }) {
                 id.container.clear();
             }
             // A revision the owner has already replaced is never tripped again (its history
@@ -840,9 +852,9 @@ impl Guard {
                 .pending
                 .iter()
                 .map(|(r, k, d)| PendingView {
-                    namespace: k.namespace.clone(),
-                    pod: k.pod.clone(),
-                    container: k.container.clone(),
+                    namespace: k.labels().0.to_owned(),
+                    pod: k.labels().1.to_owned(),
+                    container: k.labels().2.to_owned(),
                     rule: self.cfg.rules[*r].name.clone(),
                     seconds: d.as_secs_f64(),
                 })

@@ -9,6 +9,7 @@ use crate::clock::ManualClock;
 use crate::config::Config;
 use crate::sample::logs::LineCounts;
 use crate::snapshot::{Held, NodeConntrack, PodSignals, SocketCounts};
+use crate::workload::WorkloadId;
 use std::path::Path;
 
 const S: Duration = Duration::from_secs(1);
@@ -94,7 +95,7 @@ fn w(r: &Rig, ns: &str, pod: &str, c: &str, id: &str, per_min: u64) -> WorkloadS
     mkcg(r.dir.path(), &cgroup);
     WorkloadSignals {
         id: WorkloadId::container(ns, pod, c),
-        kind: "container",
+        kind: crate::snapshot::Kind::Container,
         qos: None,
         pod_uid: Some(format!("uid-{pod}")),
         container_id: Some(id.into()),
@@ -343,7 +344,7 @@ fn protected_namespaces_globs_and_units_are_never_acted_on() {
         "  protect:\n    namespaces: [kube-system]\n    workloads: [\"monitoring/victoria-*/*\"]\n",
     );
     let mut unit = w(&r, "", "", "feeds.service", "u", 5000);
-    unit.kind = "unit";
+    unit.kind = crate::snapshot::Kind::Unit;
     unit.pod_uid = None;
     let s = snap(vec![
         w(

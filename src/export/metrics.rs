@@ -1,7 +1,7 @@
 //! Prometheus exposition of the last snapshot through a prometheus-client `Collector`: series
 //! exist only for what the snapshot holds, so vanished containers disappear with their cgroups.
 
-use crate::snapshot::{Snapshot, WorkloadSignals};
+use crate::snapshot::{Kind, Snapshot, WorkloadSignals};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -203,7 +203,7 @@ impl Collector for SnapshotCollector {
             "Container restarts seen from new container ids and kubelet log numbers.",
             Counter,
             ws.iter()
-                .filter(|w| w.kind == "container")
+                .filter(|w| w.kind == Kind::Container)
                 .map(|w| (l(w), w.restarts_total)),
         )?;
         family(
@@ -466,9 +466,9 @@ impl Collector for SnapshotCollector {
             "workloads",
             "Workloads discovered, by kind.",
             Gauge,
-            ["container", "unit"].iter().map(|k| {
+            Kind::ALL.iter().map(|k| {
                 (
-                    with(node.clone(), "kind", *k),
+                    with(node.clone(), "kind", k.as_str()),
                     ws.iter()
                         .filter(|w| w.kind == *k && w.cgroup.is_some())
                         .count() as u64,
