@@ -4,6 +4,7 @@
 use crate::action::cgroup::{CgroupActuator, Freezer};
 use crate::action::enforce::Enforcer;
 use crate::action::guard::Guard;
+use crate::action::notify::Notifier;
 use crate::action::{Actuator, DryRun};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
@@ -124,8 +125,15 @@ impl Agent {
             undo,
             Freezer::detect(&layout),
             config.guard.state_file.clone(),
+            Notifier::new(Some(config.guard.webhook_url.clone())),
         );
-        let guard = Guard::new(config.guard.clone(), clock.clone(), enforcer, node.clone());
+        let guard = Guard::new(
+            config.guard.clone(),
+            clock.clone(),
+            enforcer,
+            node.clone(),
+            std::env::var("POD_NAMESPACE").ok(),
+        );
         Ok(Agent {
             guard,
             selfstat: SelfReader::new(p.proc.clone()),

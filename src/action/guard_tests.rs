@@ -8,9 +8,11 @@ use crate::action::{Actuator, DryRun, Recording};
 use crate::clock::ManualClock;
 use crate::config::Config;
 use crate::sample::logs::LineCounts;
+use crate::snapshot::WorkloadSignals;
 use crate::snapshot::{Held, NodeConntrack, PodSignals, SocketCounts};
 use crate::workload::WorkloadId;
 use std::path::Path;
+use std::time::Duration;
 
 const S: Duration = Duration::from_secs(1);
 const M: Duration = Duration::from_secs(60);
@@ -66,8 +68,15 @@ fn rig_with(extra: &str, dry_run: bool, dir: tempfile::TempDir, clock: ManualClo
             root: dir.path().join("cg"),
         },
         cfg.state_file.clone(),
+        crate::action::notify::Notifier::new(None),
     );
-    let guard = Guard::new(cfg, Arc::new(clock.clone()), enforcer, "node-a".into());
+    let guard = Guard::new(
+        cfg,
+        Arc::new(clock.clone()),
+        enforcer,
+        "node-a".into(),
+        None,
+    );
     Rig {
         dir,
         clock,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ActedCgroup {
     /// Path relative to the freezer hierarchy.
     pub cgroup: String,
@@ -42,9 +42,10 @@ pub struct StateFile {
     pub version: u32,
     pub saved_at: f64,
     pub breakers: Vec<PersistedBreaker>,
-    /// Cgroups we froze whose thaw failed: retried every tick and after a restart.
+    /// Every cgroup the agent froze and has not thawed yet, written before each freeze: after a
+    /// crash, whatever is listed here and held by no breaker is thawed.
     #[serde(default)]
-    pub thaw: Vec<ActedCgroup>,
+    pub frozen: Vec<ActedCgroup>,
 }
 
 pub const VERSION: u32 = 1;
@@ -110,7 +111,7 @@ pub fn salvage_acted(text: &str) -> Vec<ActedCgroup> {
         .into_iter()
         .flatten()
         .filter_map(|b| b.get("acted"))
-        .chain(v.get("thaw"));
+        .chain(v.get("frozen"));
     lists
         .filter_map(|l| l.as_array())
         .flatten()
@@ -263,7 +264,7 @@ mod tests {
                 }],
                 spared_pods: vec!["backend-7d9f8b6c4d-bbbbb".into()],
             }],
-            thaw: vec![],
+            frozen: vec![],
         };
         save(&path, &s).unwrap();
         assert_eq!(load(&path).unwrap(), Some(s.clone()));
