@@ -463,6 +463,42 @@ impl Collector for SnapshotCollector {
         )?;
         family(
             &mut enc,
+            "guard_state_durable",
+            "1 while the last write of the breaker state file succeeded; no new hold is applied at 0.",
+            Gauge,
+            s.guard
+                .iter()
+                .map(|g| (node.clone(), u64::from(g.state_durable))),
+        )?;
+        family(
+            &mut enc,
+            "guard_state_write_failures",
+            "Writes of the breaker state file that failed.",
+            Counter,
+            s.guard
+                .iter()
+                .map(|g| (node.clone(), g.state_write_failures_total)),
+        )?;
+        family(
+            &mut enc,
+            "guard_state_quarantined",
+            "1 when the state file found at start was unreadable and was kept aside.",
+            Gauge,
+            s.guard
+                .iter()
+                .map(|g| (node.clone(), u64::from(g.state_quarantined.is_some()))),
+        )?;
+        family(
+            &mut enc,
+            "guard_thaws_pending",
+            "Cgroups the agent froze whose thaw failed; retried every tick.",
+            Gauge,
+            s.guard
+                .iter()
+                .map(|g| (node.clone(), g.thaws_pending as u64)),
+        )?;
+        family(
+            &mut enc,
             "workloads",
             "Workloads discovered, by kind.",
             Gauge,
