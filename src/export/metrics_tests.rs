@@ -281,8 +281,10 @@ fn hostile_names_round_trip_through_the_exposition() {
     for n in &names {
         for key in ["namespace", "pod", "container"] {
             assert!(
-                samples.iter().any(|s| s.name == "nodeguard_container_processes"
-                    && s.label(key) == Some(n.as_str())),
+                samples
+                    .iter()
+                    .any(|s| s.name == "nodeguard_container_processes"
+                        && s.label(key) == Some(n.as_str())),
                 "{key}={n:?} lost"
             );
         }
