@@ -10,6 +10,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::discover::names::NameSource;
 use crate::discover::{CgroupLayout, Discovery, DiscoveryConfig};
+use crate::export::limits::{self, ServerStats};
 use crate::export::metrics::{self, SharedSnapshot};
 use crate::export::server::{self, Endpoints};
 use crate::sample::logs::LogTailer;
@@ -219,21 +220,43 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let interval = config.interval;
     let listen = config.listen;
+    let mut http = config.http.clone();
     let mut agent = Agent::new(config, clock)?;
     tracing::info!(layout = agent.layout().name(), listen = %listen, interval = ?interval, "nodeguard starting");
 
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
+    let stats = Arc::new(ServerStats::default());
+    let mut registry = metrics::registry(shared.clone());
+    limits::register(&mut registry, stats.clone(), shared.clone());
     let endpoints = Endpoints {
         shared: shared.clone(),
-        registry: Arc::new(metrics::registry(shared.clone())),
+        registry: Arc::new(registry),
     };
+    // Read after main raised the soft limit to the hard one.
+    match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
+        Ok((soft, _)) => {
+            let cap = limits::connection_cap(http.max_connections, soft);
+            if cap < http.max_connections {
+                tracing::warn!(
+                    configured = http.max_connections,
+                    cap,
+                    nofile = soft,
+                    "http.max_connections lowered to keep 3/4 of the open file limit for the samplers"
+                );
+            }
+            http.max_connections = cap;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open file limit; keeping http.max_connections")
+        }
+    }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| AgentError::Listen {
             addr: listen,
             source,
         })?;
-    tokio::spawn(server::serve(listener, endpoints));
+    tokio::spawn(server::serve(listener, endpoints, http, stats));
 
     let mut ticker = tokio::time::interval(interval);
     // A slow tick delays the next one instead of stacking up behind it.

@@ -8,6 +8,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 use std::fmt::Error;
 use std::sync::{Arc, RwLock};
 
@@ -36,7 +37,7 @@ struct SnapshotCollector {
     shared: SharedSnapshot,
 }
 
-type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 
 fn container_labels(snap: &Snapshot, w: &WorkloadSignals) -> Labels {
     let mut l = vec![
@@ -55,8 +56,9 @@ fn with(mut l: Labels, k: &'static str, v: impl Into<String>) -> Labels {
     l
 }
 
-/// One metric family: a descriptor, then one sample per label set.
-fn family<V>(
+/// One metric family: a descriptor, then one sample per label set. Label values go through the
+/// encoder, which escapes them: comm, cgroup and pod names are the workload's to choose.
+pub(crate) fn family<V>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -88,6 +90,16 @@ where
         MetricType::Counter => ConstCounter::new(v).encode(m),
         _ => ConstGauge::new(v).encode(m),
     }
+}
+
+/// Zombies by parent comm: a parent pid changes with every restart and would make a new series
+/// each time (and two parents of one name a duplicate); the pids are in `/api/state`.
+fn zombies_by_parent_comm(w: &WorkloadSignals) -> BTreeMap<&str, u64> {
+    let mut by = BTreeMap::new();
+    for p in &w.zombie_parents {
+        *by.entry(p.comm.as_str()).or_default() += p.zombies;
+    }
+    by
 }
 
 impl Collector for SnapshotCollector {
@@ -152,19 +164,12 @@ impl Collector for SnapshotCollector {
         family(
             &mut enc,
             "container_zombie_parent_zombies",
-            "Zombies held by one parent that does not reap them.",
+            "Zombies held by the workload's non-reaping parents of this comm.",
             Gauge,
             ws.iter().flat_map(|w| {
-                w.zombie_parents.iter().map(move |p| {
-                    (
-                        with(
-                            with(l(w), "parent_pid", p.pid.to_string()),
-                            "parent_comm",
-                            p.comm.clone(),
-                        ),
-                        p.zombies,
-                    )
-                })
+                zombies_by_parent_comm(w)
+                    .into_iter()
+                    .map(move |(comm, n)| (with(l(w), "parent_comm", comm), n))
             }),
         )?;
         family(
@@ -602,3 +607,7 @@ impl Collector for SnapshotCollector {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "metrics_tests.rs"]
+mod tests;
