@@ -30,7 +30,7 @@ fn hostile() -> Vec<String> {
 fn workload(ns: &str, pod: &str, container: &str, comms: &[String]) -> WorkloadSignals {
     WorkloadSignals {
         id: WorkloadId::container(ns, pod, container),
-        kind: "container",
+        kind: crate::snapshot::Kind::Container,
         qos: None,
         pod_uid: Some("uid".into()),
         container_id: Some("cid".into()),
@@ -103,6 +103,7 @@ fn hostile_snapshot() -> Snapshot {
     ));
     s.guard = Some(GuardStatus {
         dry_run: true,
+        state_quarantined: Some("/var/lib/\"x\n".into()),
         breakers: vec![BreakerView {
             namespace: "ns".into(),
             pod: names[0].clone(),
@@ -127,6 +128,7 @@ fn hostile_snapshot() -> Snapshot {
             seconds: 4.0,
         }],
         actions: vec![(names[6].clone(), "freeze", "dry_run", 1)],
+        ..GuardStatus::default()
     });
     s.samplers.push(SamplerStatus {
         name: "processes",
