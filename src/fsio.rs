@@ -3,9 +3,9 @@
 
 use crate::error::{ParseError, ReadError};
 use nix::errno::Errno;
+use nix::fcntl::AtFlags;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fstatat, Mode};
-use nix::fcntl::AtFlags;
 use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::io::{self, Read};
@@ -335,7 +335,13 @@ mod tests {
 
     #[test]
     fn escaped_names_round_trip_and_keep_utf8() {
-        for s in ["plain", "system-systemd\\x2dfsck.slice", "a\"b\nc", "\\", "é\\xC3"] {
+        for s in [
+            "plain",
+            "system-systemd\\x2dfsck.slice",
+            "a\"b\nc",
+            "\\",
+            "é\\xC3",
+        ] {
             assert_eq!(escape_name(s.as_bytes()), s, "valid UTF-8 is unchanged");
         }
         assert_eq!(escape_name(b"a\xffb"), "a\\xffb");
