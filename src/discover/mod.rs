@@ -274,11 +274,12 @@ impl Discovery {
             return Ok(false);
         }
         let mut all_pause = true;
+        let mut comm = Vec::new();
         for pid in &pids {
-            let comm =
-                crate::fsio::read_optional(&self.proc_root.join(pid.to_string()).join("comm"))?;
-            if let Some(c) = comm {
-                all_pause &= c.trim_end() == "pause";
+            // Bytes: a workload sets its comm to anything (prctl), UTF-8 or not.
+            let path = self.proc_root.join(pid.to_string()).join("comm");
+            if fsio::read_into(&path, &mut comm)? {
+                all_pause &= comm.trim_ascii_end() == b"pause";
             }
         }
         self.sandbox_cache.insert(id.to_owned(), all_pause);
@@ -524,5 +525,30 @@ mod tests {
         let mut stats = DiscoveryStats::default();
         walk(dir.path(), "/nope", &mut out, &mut stats).unwrap();
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_non_utf8_comm_does_not_fail_the_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let cg = dir.path().join("cgroup");
+        let pod = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod7e2b9c4d_1a6f_4d83_b5e0_9f8c3a2d1e47.slice";
+        let id = "339add00d50ed924573b14aeb9aa2283db84c63c88096484dc52098f414c42a8";
+        let ctr = cg.join(pod).join(format!("cri-containerd-{id}.scope"));
+        std::fs::create_dir_all(&ctr).unwrap();
+        std::fs::write(cg.join("cgroup.controllers"), "memory pids\n").unwrap();
+        std::fs::write(ctr.join("cgroup.procs"), "4242\n").unwrap();
+        let proc = dir.path().join("proc");
+        std::fs::create_dir_all(proc.join("4242")).unwrap();
+        std::fs::write(proc.join("4242/comm"), b"\xff\xfe\"bad\n").unwrap();
+        let layout = CgroupLayout::detect(&cg).unwrap();
+        let names = NameSource::new(dir.path().join("pods"), dir.path().join("containers"));
+        let config = DiscoveryConfig {
+            scopes: vec!["/".into()],
+            host_workloads: false,
+        };
+        let mut d = Discovery::new(&layout, proc, names, config);
+        let inv = d.scan().unwrap();
+        assert_eq!(inv.workloads.len(), 1);
+        assert_eq!(inv.sandboxes, 0);
     }
 }
