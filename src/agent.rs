@@ -180,6 +180,7 @@ impl Agent {
                 restarts: d.restarts,
             }),
             features: net.map(|n| n.features.clone()).unwrap_or_default(),
+            inputs: self.samplers.input_stats(),
             samplers: self
                 .samplers
                 .health

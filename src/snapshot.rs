@@ -26,7 +26,23 @@ pub struct Snapshot {
     /// Rules and breakers; `None` before the guard's first step.
     pub guard: Option<GuardStatus>,
     pub samplers: Vec<SamplerStatus>,
+    /// What the readers skipped or hold, so a hostile tree is visible rather than silent.
+    pub inputs: InputStats,
     pub agent: AgentStats,
+}
+
+/// Untrusted-input bookkeeping of the last pass: names that needed escapes, entries refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct InputStats {
+    pub non_utf8_cgroups: usize,
+    pub non_utf8_log_names: usize,
+    /// Cgroups too deep or with a path too long to walk (with their subtree).
+    pub skipped_cgroups: usize,
+    /// `None` while the log sampler is off.
+    pub log_files_open: Option<usize>,
+    pub log_files_skipped_symlink: usize,
+    pub log_files_skipped_not_regular: usize,
+    pub log_files_skipped_cap: usize,
 }
 
 /// A value carried from the last good read when the current read failed.

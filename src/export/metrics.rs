@@ -502,6 +502,47 @@ impl Collector for SnapshotCollector {
                 .iter()
                 .map(|g| (node.clone(), g.thaws_pending as u64)),
         )?;
+        let inp = &s.inputs;
+        family(
+            &mut enc,
+            "log_files_open",
+            "Log files the tailer holds open.",
+            Gauge,
+            inp.log_files_open.map(|n| (node.clone(), n as u64)),
+        )?;
+        family(
+            &mut enc,
+            "log_files_skipped",
+            "Entries of the pod log tree the last pass did not open, by reason.",
+            Gauge,
+            [
+                ("symlink", inp.log_files_skipped_symlink),
+                ("not_regular", inp.log_files_skipped_not_regular),
+                ("cap", inp.log_files_skipped_cap),
+            ]
+            .into_iter()
+            .filter(|_| inp.log_files_open.is_some())
+            .map(|(r, n)| (with(node.clone(), "reason", r), n as u64)),
+        )?;
+        family(
+            &mut enc,
+            "discovery_non_utf8_names",
+            "Names that are not UTF-8 in the last scan (kept under an escaped name).",
+            Gauge,
+            [
+                ("cgroup", inp.non_utf8_cgroups),
+                ("logs", inp.non_utf8_log_names),
+            ]
+            .into_iter()
+            .map(|(t, n)| (with(node.clone(), "tree", t), n as u64)),
+        )?;
+        family(
+            &mut enc,
+            "discovery_skipped_cgroups",
+            "Cgroups not walked: too deep or a path too long.",
+            Gauge,
+            std::iter::once((node.clone(), inp.skipped_cgroups as u64)),
+        )?;
         family(
             &mut enc,
             "workloads",
