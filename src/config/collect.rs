@@ -29,6 +29,8 @@ pub struct Pruned {
     removed: HashMap<String, Vec<usize>>,
     /// Original paths of the pruned nodes.
     paths: Vec<String>,
+    /// Some errors went unreported past [`MAX_ERRORS`].
+    pub capped: bool,
 }
 
 impl Pruned {
@@ -97,10 +99,7 @@ pub fn section<T: DeserializeOwned>(
             Err(e) => e,
         };
         if errs.len() >= MAX_ERRORS {
-            errs.push(FieldError {
-                path: "(document)".into(),
-                message: format!("more than {MAX_ERRORS} errors; the rest are not reported"),
-            });
+            pruned.capped = true;
             return None;
         }
         let segs: Vec<Seg> = err.path().iter().map(seg).collect();

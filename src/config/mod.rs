@@ -312,6 +312,16 @@ impl Config {
                 .translate(&e.path)
                 .map(|path| FieldError { path, ..e })
         }));
+        if pruned.capped || type_errs.len() > collect::MAX_ERRORS {
+            type_errs.truncate(collect::MAX_ERRORS);
+            type_errs.push(FieldError {
+                path: "(document)".into(),
+                message: format!(
+                    "more than {} errors; the rest are not reported",
+                    collect::MAX_ERRORS
+                ),
+            });
+        }
         match (type_errs.is_empty(), listen) {
             (true, Some(listen)) => Ok(Config {
                 listen,
@@ -587,5 +597,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("cannot read"), "{e}");
+    }
+
+    #[test]
+    fn errors_are_capped_with_one_notice() {
+        let rules: String = (0..300)
+            .map(|i| format!("    - name: r{i}\n      signal: tcp_sockets\n      above: x\n      action: report\n"))
+            .collect();
+        let bogus: String = (0..300).map(|i| format!("bogus{i}: 1\n")).collect();
+        let errs = Config::from_yaml(&format!("{bogus}guard:\n  rules:\n{rules}"))
+            .unwrap_err()
+            .0;
+        assert_eq!(errs.len(), collect::MAX_ERRORS + 1);
+        let notices = errs.iter().filter(|e| e.message.contains("not reported"));
+        assert_eq!(notices.count(), 1);
     }
 }
