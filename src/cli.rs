@@ -44,11 +44,7 @@ pub enum Command {
 pub fn load(path: Option<&PathBuf>) -> Result<Config, String> {
     match path {
         None => Config::default_config().map_err(|e| e.to_string()),
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-            Config::from_yaml(&text).map_err(|e| format!("{}: {e}", p.display()))
-        }
+        Some(p) => Config::from_file(p).map_err(|e| e.to_string()),
     }
 }
 
