@@ -236,7 +236,8 @@ impl Enforcer {
         if ino.is_some_and(|i| i != h.ino) {
             return (Outcome::Replaced, Some(cg));
         }
-        if !self.durable {
+        // A dry run writes nothing, so it needs no durable record; every real hold does.
+        if !self.durable && self.act.writes() {
             let why = format!(
                 "the state file {} cannot be written: not acting without a durable record",
                 self.state_file.display()

@@ -61,7 +61,8 @@ impl Guard {
         let reports = self.enforcer.run(commands);
         let settled = self.decider.settle(now, wall, reports);
         self.enforcer.run(settled);
-        self.status()
+        // As of the decision, not of the end of the writes: a hold's remaining time is exact.
+        self.status(now, wall)
     }
 
     /// Fail open: thaw everything this agent froze. Breakers stay in the state file, so a
@@ -72,13 +73,13 @@ impl Guard {
         self.enforcer.run(commands);
     }
 
-    fn status(&self) -> GuardStatus {
+    fn status(&self, now: std::time::Instant, wall: std::time::SystemTime) -> GuardStatus {
         GuardStatus {
             state_durable: self.enforcer.durable(),
             state_write_failures_total: self.enforcer.state_write_failures(),
             state_quarantined: self.enforcer.quarantined().map(str::to_owned),
             thaws_pending: self.enforcer.thaws_pending(),
-            ..self.decider.status(self.clock.now(), self.clock.wall())
+            ..self.decider.status(now, wall)
         }
     }
 }

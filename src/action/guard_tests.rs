@@ -704,3 +704,24 @@ fn an_unreadable_state_file_is_kept_aside_and_what_it_froze_is_thawed() {
         .count();
     assert_eq!(n, 1);
 }
+
+#[test]
+fn a_dry_run_needs_no_durable_record() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("blocked"), "").unwrap();
+    let extra = format!(
+        "  state_file: {}/blocked/state.json\n",
+        dir.path().display()
+    );
+    let mut r = rig_with(&extra, true, dir, ManualClock::default());
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    r.step(&s);
+    let st = r.at(M, &s);
+    assert!(!st.state_durable);
+    assert!(r.rec.calls().is_empty());
+    assert_eq!(
+        st.actions,
+        vec![("log-flood".to_string(), "freeze", "dry_run", 1)]
+    );
+    assert!(st.breakers[0].would_act);
+}
