@@ -1,7 +1,6 @@
 //! One breaker: a workload identity (namespace, owner, container) tripped by one rule. Open while
 //! the hold lasts, half-open during probation after it, removed (closed) once probation passes.
 
-use super::state::ActedCgroup;
 use crate::rule::{ActionKind, HoldPolicy};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -14,6 +13,15 @@ pub struct BreakerId {
     pub owner: String,
     /// Empty for pod-level rules (every container of the pod).
     pub container: String,
+}
+
+/// A cgroup a breaker froze, as the state file records it: the inode tells it from a cgroup
+/// recreated later at the same path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ActedCgroup {
+    /// Path relative to the freezer hierarchy.
+    pub cgroup: String,
+    pub inode: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,19 +1,13 @@
 //! The breaker state file: written atomically on every transition, read back at start so holds
 //! survive an agent restart (and frozen cgroups of expired holds get thawed).
 
+pub use super::breaker::ActedCgroup;
 use super::breaker::{BreakerId, BreakerState};
 use crate::error::{ParseError, ReadError};
 use crate::rule::ActionKind;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ActedCgroup {
-    /// Path relative to the freezer hierarchy.
-    pub cgroup: String,
-    pub inode: u64,
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PersistedBreaker {
