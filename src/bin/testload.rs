@@ -22,7 +22,8 @@ const NET_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: nodeguard-testload [--netns NETNS_FILE] [--join PROCS_FILE]... [--comm NAME] <mode>\n\
+        "usage: nodeguard-testload [--netns NETNS_FILE] [--join PROCS_FILE]... [--comm NAME]\n       \
+         [--comm-hex HEX] <mode>\n\
          modes: idle | zombies N | alloc BYTES | oom BYTES\n       \
          | listen ADDR | connect ADDR TCP_N UDP_N\n       \
          | storm ADDR CYCLES --log FILE [--cycle-ms MS] [--max-loops N]\n       \
@@ -43,7 +44,12 @@ fn main() -> ExitCode {
         };
         match flag.as_str() {
             "--join" => joins.push(value),
-            "--comm" => comm = Some(value),
+            "--comm" => comm = Some(value.into_bytes()),
+            // Any bytes (not UTF-8, a newline): what a hostile workload may name itself.
+            "--comm-hex" => match hex(&value) {
+                Some(b) => comm = Some(b),
+                None => return usage(),
+            },
             "--netns" => netns = Some(value),
             _ => return usage(),
         }
@@ -62,9 +68,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    // prctl(PR_SET_NAME): the kernel keeps the first 15 bytes as the comm.
     if let Some(c) = comm {
-        if let Ok(name) = std::ffi::CString::new(c) {
-            let _ = nix::sys::prctl::set_name(&name);
+        let set = std::ffi::CString::new(c)
+            .map_err(|e| e.to_string())
+            .and_then(|name| nix::sys::prctl::set_name(&name).map_err(|e| e.to_string()));
+        if let Err(e) = set {
+            eprintln!("comm: {e}");
+            return ExitCode::FAILURE;
         }
     }
     let mode = args.first().map(String::as_str);
@@ -179,6 +190,17 @@ fn main() -> ExitCode {
     drop(hold);
     drop(held);
     ExitCode::SUCCESS
+}
+
+/// `6e22` -> `n"`.
+fn hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 fn enter_netns(path: &str) -> Result<(), String> {
