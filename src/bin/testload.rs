@@ -292,12 +292,16 @@ fn connect(addr: SocketAddr, tcp_n: usize, udp_n: usize) -> Result<Held, String>
     Ok(held)
 }
 
+/// Bytes, not a string: the comm in `stat` is whatever the process named itself (`--comm-hex`).
 fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    std::fs::read(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            let close = s.iter().rposition(|b| *b == b')')?;
+            s[close + 1..]
+                .iter()
+                .find(|b| **b != b' ')
+                .map(|b| *b == b'Z')
         })
         .unwrap_or(false)
 }

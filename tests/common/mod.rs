@@ -4,6 +4,7 @@
 //! stops processes it started itself.
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod net;
 pub mod snap;
 
@@ -527,6 +528,17 @@ impl TestNode {
             } else {
                 "THAWED".into()
             }
+        }
+    }
+
+    /// The file and value that thaw a container's cgroup (v1 `freezer.state`, v2 `cgroup.freeze`).
+    pub fn thaw_file(&self, c: &Container) -> (PathBuf, &'static str) {
+        let (_, v1) = self.freezer().expect("no freezer hierarchy");
+        let dir = self.freezer_dir(c);
+        if v1 {
+            (dir.join("freezer.state"), "THAWED")
+        } else {
+            (dir.join("cgroup.freeze"), "0")
         }
     }
 
