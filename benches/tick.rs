@@ -131,7 +131,7 @@ fn full_snapshot(pods: usize) -> Snapshot {
             states.insert("time_wait", 2);
             snap.workloads.push(WorkloadSignals {
                 id: WorkloadId::container(&namespace, &pod, if c == 0 { "app" } else { "sidecar" }),
-                kind: "container",
+                kind: nodeguard::snapshot::Kind::Container,
                 qos: None,
                 pod_uid: Some(uid.clone()),
                 container_id: Some(format!("{p:032x}{c:032x}")),

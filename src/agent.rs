@@ -2,12 +2,15 @@
 //! tick loop. `Agent::tick` is synchronous so tests drive it directly.
 
 use crate::action::cgroup::{CgroupActuator, Freezer};
+use crate::action::enforce::Enforcer;
 use crate::action::guard::Guard;
+use crate::action::notify::Notifier;
 use crate::action::{Actuator, DryRun};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::discover::names::NameSource;
 use crate::discover::{CgroupLayout, Discovery, DiscoveryConfig};
+use crate::export::limits::{self, ServerStats};
 use crate::export::metrics::{self, SharedSnapshot};
 use crate::export::server::{self, Endpoints};
 use crate::sample::logs::LogTailer;
@@ -48,26 +51,32 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// The agent with the actuator its config asks for: a dry run, or real cgroup writes.
+    /// The agent with the actuator its config asks for: a dry run, or real cgroup writes. Thaws
+    /// that undo our holds always go to the real cgroup writer, in a dry run too.
     pub fn new(config: Config, clock: Arc<dyn Clock>) -> Result<Agent, AgentError> {
         let layout = CgroupLayout::detect(&config.paths.cgroup)
             .ok_or_else(|| AgentError::NoCgroups(config.paths.cgroup.clone()))?;
-        let actuator: Box<dyn Actuator> = if config.guard.dry_run {
-            Box::new(DryRun)
-        } else {
+        let writer = || {
             Box::new(CgroupActuator::new(
                 Freezer::detect(&layout),
                 config.guard.freeze_timeout,
             ))
         };
-        Agent::with_actuator(config, clock, actuator)
+        let act: Box<dyn Actuator> = if config.guard.dry_run {
+            Box::new(DryRun)
+        } else {
+            writer()
+        };
+        let undo = writer();
+        Agent::with_actuators(config, clock, act, undo)
     }
 
-    /// The agent with a given actuator (tests record what it would write).
-    pub fn with_actuator(
+    /// The agent with given actuators for new holds and for undoing them (tests record).
+    pub fn with_actuators(
         config: Config,
         clock: Arc<dyn Clock>,
-        actuator: Box<dyn Actuator>,
+        act: Box<dyn Actuator>,
+        undo: Box<dyn Actuator>,
     ) -> Result<Agent, AgentError> {
         let layout = CgroupLayout::detect(&config.paths.cgroup)
             .ok_or_else(|| AgentError::NoCgroups(config.paths.cgroup.clone()))?;
@@ -112,12 +121,19 @@ impl Agent {
             config.node_name.clone()
         };
         let started = unix_seconds(clock.as_ref());
+        let enforcer = Enforcer::new(
+            act,
+            undo,
+            Freezer::detect(&layout),
+            config.guard.state_file.clone(),
+            Notifier::new(Some(config.guard.webhook_url.clone())),
+        );
         let guard = Guard::new(
             config.guard.clone(),
             clock.clone(),
-            Freezer::detect(&layout),
-            actuator,
+            enforcer,
             node.clone(),
+            std::env::var("POD_NAMESPACE").ok(),
         );
         Ok(Agent {
             guard,
@@ -164,6 +180,7 @@ impl Agent {
                 restarts: d.restarts,
             }),
             features: net.map(|n| n.features.clone()).unwrap_or_default(),
+            inputs: self.samplers.input_stats(),
             samplers: self
                 .samplers
                 .health
@@ -204,26 +221,50 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let interval = config.interval;
     let listen = config.listen;
+    let mut http = config.http.clone();
     let mut agent = Agent::new(config, clock)?;
     tracing::info!(layout = agent.layout().name(), listen = %listen, interval = ?interval, "nodeguard starting");
 
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
+    let stats = Arc::new(ServerStats::default());
+    let mut registry = metrics::registry(shared.clone());
+    limits::register(&mut registry, stats.clone(), shared.clone());
     let endpoints = Endpoints {
         shared: shared.clone(),
-        registry: Arc::new(metrics::registry(shared.clone())),
+        registry: Arc::new(registry),
     };
+    // Read after main raised the soft limit to the hard one.
+    match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
+        Ok((soft, _)) => {
+            let cap = limits::connection_cap(http.max_connections, soft);
+            if cap < http.max_connections {
+                tracing::warn!(
+                    configured = http.max_connections,
+                    cap,
+                    nofile = soft,
+                    "http.max_connections lowered to keep 3/4 of the open file limit for the samplers"
+                );
+            }
+            http.max_connections = cap;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open file limit; keeping http.max_connections")
+        }
+    }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| AgentError::Listen {
             addr: listen,
             source,
         })?;
-    tokio::spawn(server::serve(listener, endpoints));
+    tokio::spawn(server::serve(listener, endpoints, http, stats));
 
     let mut ticker = tokio::time::interval(interval);
     // A slow tick delays the next one instead of stacking up behind it.
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Both streams are made once: a signal that arrives during a tick is queued, not lost.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
         tokio::select! {
             _ = ticker.tick() => {
@@ -236,7 +277,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
             }
             _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
-            _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
         }
     }
     tokio::task::spawn_blocking(move || agent.shutdown()).await?;

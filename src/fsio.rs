@@ -2,8 +2,16 @@
 //! is an error that names the path.
 
 use crate::error::{ParseError, ReadError};
+use nix::errno::Errno;
+use nix::fcntl::AtFlags;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::{fstatat, Mode};
+use std::borrow::Cow;
+use std::ffi::OsStr;
 use std::io::{self, Read};
-use std::path::Path;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::{Component, Path};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// True for errors that mean "the object went away", which is normal churn for pids and cgroups.
 pub fn is_gone(err: &io::Error) -> bool {
@@ -40,5 +48,380 @@ pub fn parse_optional<T>(
             .map(Some)
             .map_err(|e| ReadError::parse(path, e)),
         None => Ok(None),
+    }
+}
+
+// === Rooted opening: nothing below a configured root is reached through a symlink ===
+
+/// What a directory entry is, from `d_type` or, where the filesystem does not say, `fstatat`
+/// without following a symlink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    Dir,
+    File,
+    Symlink,
+    Other,
+}
+
+/// Opens a directory named by the configuration. Its own path may hold symlinks (the operator's
+/// choice); what lies below it is reached with [`open_beneath`] only.
+pub fn open_dir(path: &Path) -> io::Result<OwnedFd> {
+    let fd = nix::fcntl::open(
+        path,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    // SAFETY: a descriptor just returned by open(2), owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+const OPENAT2_UNKNOWN: u8 = 0;
+const OPENAT2_YES: u8 = 1;
+const OPENAT2_NO: u8 = 2;
+static OPENAT2: AtomicU8 = AtomicU8::new(OPENAT2_UNKNOWN);
+
+/// Opens `rel` (relative, without `..`) below the directory `dir`, following no symlink at any
+/// component: `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` where the kernel has it (5.6+),
+/// else `openat(O_NOFOLLOW)` one component at a time. A symlink gives `ELOOP`, whatever it
+/// points to; `O_CLOEXEC` and `O_NOFOLLOW` are always added.
+pub fn open_beneath(dir: BorrowedFd<'_>, rel: &Path, flags: OFlag) -> io::Result<OwnedFd> {
+    let use_openat2 = OPENAT2.load(Ordering::Relaxed) != OPENAT2_NO;
+    open_beneath_with(dir, rel, flags, use_openat2)
+}
+
+fn open_beneath_with(
+    dir: BorrowedFd<'_>,
+    rel: &Path,
+    flags: OFlag,
+    use_openat2: bool,
+) -> io::Result<OwnedFd> {
+    let comps = plain_components(rel)?;
+    let flags = flags | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
+    if use_openat2 {
+        let how = OpenHow::new().flags(flags).resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+        );
+        match nix::fcntl::openat2(dir.as_raw_fd(), rel, how) {
+            Ok(fd) => {
+                OPENAT2.store(OPENAT2_YES, Ordering::Relaxed);
+                // SAFETY: a descriptor just returned by openat2(2), owned by nobody else.
+                return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+            // Kernel before 5.6, or a seccomp profile that answers EPERM for unknown syscalls
+            // (EPERM is never a read-only open's answer once openat2 has worked).
+            Err(Errno::ENOSYS) => OPENAT2.store(OPENAT2_NO, Ordering::Relaxed),
+            Err(Errno::EPERM) if OPENAT2.load(Ordering::Relaxed) == OPENAT2_UNKNOWN => {
+                let fd = open_by_components(dir, &comps, flags)?;
+                OPENAT2.store(OPENAT2_NO, Ordering::Relaxed);
+                return Ok(fd);
+            }
+            // openat2 takes at most PATH_MAX; one component at a time has no such limit.
+            Err(Errno::ENAMETOOLONG) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    open_by_components(dir, &comps, flags)
+}
+
+/// The fallback: each directory opened with `O_NOFOLLOW | O_DIRECTORY` relative to the previous
+/// one, so no component can be a symlink and, without `..`, nothing leaves `dir`.
+fn open_by_components(dir: BorrowedFd<'_>, comps: &[&OsStr], flags: OFlag) -> io::Result<OwnedFd> {
+    let Some((last, parents)) = comps.split_last() else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    let mut held: Option<OwnedFd> = None;
+    for c in parents {
+        let at = held.as_ref().map_or(dir.as_raw_fd(), |fd| fd.as_raw_fd());
+        let fd = nix::fcntl::openat(
+            Some(at),
+            *c,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| symlink_as_eloop(e, at, c))?;
+        // SAFETY: a descriptor just returned by openat(2), owned by nobody else.
+        held = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+    let at = held.as_ref().map_or(dir.as_raw_fd(), |fd| fd.as_raw_fd());
+    let fd = nix::fcntl::openat(Some(at), *last, flags, Mode::empty())
+        .map_err(|e| symlink_as_eloop(e, at, last))?;
+    // SAFETY: as above.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `O_NOFOLLOW | O_DIRECTORY` on a symlink fails with `ENOTDIR`, not `ELOOP` as openat2 does:
+/// look at the entry so that both paths report a symlink alike.
+fn symlink_as_eloop(e: Errno, at: std::os::fd::RawFd, name: &OsStr) -> io::Error {
+    if e == Errno::ENOTDIR {
+        if let Ok(st) = fstatat(Some(at), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            if st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFLNK {
+                return Errno::ELOOP.into();
+            }
+        }
+    }
+    e.into()
+}
+
+/// The components of a relative path with no `..` and no root: anything else is `EINVAL`.
+fn plain_components(rel: &Path) -> io::Result<Vec<&OsStr>> {
+    let mut comps = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(name) => comps.push(name),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return Err(io::Error::from(io::ErrorKind::InvalidInput));
+            }
+        }
+    }
+    if comps.is_empty() {
+        comps.push(OsStr::new("."));
+    }
+    Ok(comps)
+}
+
+/// True when an open below a root was refused because the path holds a symlink (or would leave
+/// the root): the entry is skipped, not an error.
+pub fn is_refused_link(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(e) if e == nix::libc::ELOOP || e == nix::libc::EXDEV)
+}
+
+/// Calls `f(name, kind, inode)` for each entry of the directory `dir` except `.` and `..`,
+/// streaming: a directory of 100,000 entries costs no memory here.
+pub fn for_each_entry(
+    dir: BorrowedFd<'_>,
+    mut f: impl FnMut(&[u8], EntryKind, u64),
+) -> io::Result<()> {
+    // A second descriptor of the same directory for the stream: `Dir` owns and closes it.
+    let own = open_beneath(dir, Path::new("."), OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
+    let mut listing = nix::dir::Dir::from(own)?;
+    for entry in listing.iter() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let kind = match entry.file_type() {
+            Some(t) => kind_of(t),
+            None => match fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => kind_of_mode(st.st_mode),
+                // Gone since the listing: churn.
+                Err(_) => continue,
+            },
+        };
+        f(name, kind, entry.ino());
+    }
+    Ok(())
+}
+
+fn kind_of(t: nix::dir::Type) -> EntryKind {
+    match t {
+        nix::dir::Type::Directory => EntryKind::Dir,
+        nix::dir::Type::File => EntryKind::File,
+        nix::dir::Type::Symlink => EntryKind::Symlink,
+        _ => EntryKind::Other,
+    }
+}
+
+fn kind_of_mode(mode: nix::libc::mode_t) -> EntryKind {
+    match mode & nix::libc::S_IFMT {
+        nix::libc::S_IFDIR => EntryKind::Dir,
+        nix::libc::S_IFREG => EntryKind::File,
+        nix::libc::S_IFLNK => EntryKind::Symlink,
+        _ => EntryKind::Other,
+    }
+}
+
+// === Names from the filesystem as strings ===
+
+/// A file name as a string, losslessly: valid UTF-8 is kept as it is (systemd's own `\x2d`
+/// included), each byte of invalid UTF-8 becomes `\xNN` (lowercase, always >= 0x80), and a real
+/// backslash is doubled only where it would otherwise read as such an escape or precede one.
+/// [`unescape_name`] gives the bytes back, so a path built from the string opens the same file.
+pub fn escape_name(raw: &[u8]) -> Cow<'_, str> {
+    if let Ok(s) = std::str::from_utf8(raw) {
+        if !s.contains('\\') {
+            return Cow::Borrowed(s);
+        }
+    }
+    let mut out = String::with_capacity(raw.len() + 8);
+    let mut i = 0;
+    while i < raw.len() {
+        let rest = &raw[i..];
+        let valid = match std::str::from_utf8(rest) {
+            Ok(s) => s,
+            // The first `valid_up_to` bytes are UTF-8 by definition.
+            Err(e) => std::str::from_utf8(&rest[..e.valid_up_to()]).unwrap_or_default(),
+        };
+        if valid.is_empty() {
+            out.push_str(&format!("\\x{:02x}", rest[0]));
+            i += 1;
+            continue;
+        }
+        for (j, c) in valid.char_indices() {
+            out.push(c);
+            if c == '\\' && needs_doubling(&rest[j + 1..]) {
+                out.push('\\');
+            }
+        }
+        i += valid.len();
+    }
+    Cow::Owned(out)
+}
+
+/// After a real backslash: what follows would make it part of an escape when read back.
+fn needs_doubling(next: &[u8]) -> bool {
+    next.first() == Some(&b'\\')
+        || (!next.is_empty() && !starts_valid(next))
+        || hex_escape(next).is_some()
+}
+
+/// Whether `bytes` starts with a valid UTF-8 character (an invalid byte is escaped as `\xNN`).
+fn starts_valid(bytes: &[u8]) -> bool {
+    match std::str::from_utf8(bytes) {
+        Ok(_) => true,
+        Err(e) => e.valid_up_to() > 0,
+    }
+}
+
+/// `xNN` with lowercase hex NN >= 0x80 at the start of `s`: the escape of one invalid byte.
+fn hex_escape(s: &[u8]) -> Option<u8> {
+    let [b'x', h, l, ..] = s else {
+        return None;
+    };
+    let digit = |d: u8| match d {
+        b'0'..=b'9' => Some(d - b'0'),
+        b'a'..=b'f' => Some(d - b'a' + 10),
+        _ => None,
+    };
+    let v = digit(*h)? << 4 | digit(*l)?;
+    (v >= 0x80).then_some(v)
+}
+
+/// The bytes of a name escaped by [`escape_name`].
+pub fn unescape_name(s: &str) -> Cow<'_, [u8]> {
+    if !s.contains('\\') {
+        return Cow::Borrowed(s.as_bytes());
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' {
+            if b.get(i + 1) == Some(&b'\\') {
+                out.push(b'\\');
+                i += 2;
+                continue;
+            }
+            if let Some(v) = hex_escape(&b[i + 1..]) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn escaped_names_round_trip_and_keep_utf8() {
+        for s in [
+            "plain",
+            "system-systemd\\x2dfsck.slice",
+            "a\"b\nc",
+            "\\",
+            "é\\xC3",
+        ] {
+            assert_eq!(escape_name(s.as_bytes()), s, "valid UTF-8 is unchanged");
+        }
+        assert_eq!(escape_name(b"a\xffb"), "a\\xffb");
+        // The real text `a\xff` and the byte 0xff after `a` must not meet in one string.
+        assert_eq!(escape_name(b"a\\xff"), "a\\\\xff");
+        assert_eq!(escape_name(b"\\\xff"), "\\\\\\xff");
+        // Deterministic xorshift over short byte strings rich in `\`, `x`, hex and high bytes.
+        let alphabet = b"\\xf8a0\xff\xc3\xa9\xe2\x82/ ";
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut seen = std::collections::HashMap::new();
+        for _ in 0..200_000 {
+            let len = (next() % 9) as usize;
+            let raw: Vec<u8> = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            let esc = escape_name(&raw).into_owned();
+            assert_eq!(unescape_name(&esc), raw.as_slice(), "{raw:?} -> {esc:?}");
+            if let Some(other) = seen.insert(esc.clone(), raw.clone()) {
+                assert_eq!(other, raw, "two names escape to {esc:?}");
+            }
+        }
+    }
+
+    fn tree() -> (tempfile::TempDir, OwnedFd) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/f"), "in").unwrap();
+        std::fs::write(dir.path().join("secret"), "out").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), root.join("a/abs")).unwrap();
+        std::os::unix::fs::symlink("b/f", root.join("a/rel")).unwrap();
+        std::os::unix::fs::symlink("/", root.join("up")).unwrap();
+        let fd = open_dir(&root).unwrap();
+        (dir, fd)
+    }
+
+    #[test]
+    fn open_beneath_follows_no_symlink_with_or_without_openat2() {
+        let (_dir, root) = tree();
+        for use_openat2 in [true, false] {
+            let open = |rel: &str, flags| {
+                open_beneath_with(root.as_fd(), Path::new(rel), flags, use_openat2)
+            };
+            assert!(open("a/b/f", OFlag::O_RDONLY).is_ok());
+            assert!(open("a/b", OFlag::O_RDONLY | OFlag::O_DIRECTORY).is_ok());
+            for rel in ["a/abs", "a/rel", "up", "up/etc/passwd"] {
+                let e = open(rel, OFlag::O_RDONLY).unwrap_err();
+                assert!(is_refused_link(&e), "{rel} ({use_openat2}): {e}");
+            }
+            for rel in ["../root/a/b/f", "/etc/passwd", "a/../a/b/f"] {
+                let e = open(rel, OFlag::O_RDONLY).unwrap_err();
+                assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{rel}");
+            }
+        }
+    }
+
+    #[test]
+    fn listing_reports_kinds_without_following() {
+        let (dir, _) = tree();
+        let a = open_dir(&dir.path().join("root/a")).unwrap();
+        let mut got = Vec::new();
+        for_each_entry(a.as_fd(), |name, kind, ino| {
+            assert!(ino > 0);
+            got.push((OsStr::from_bytes(name).to_owned(), kind));
+        })
+        .unwrap();
+        got.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(
+            got,
+            [
+                ("abs".into(), EntryKind::Symlink),
+                ("b".into(), EntryKind::Dir),
+                ("rel".into(), EntryKind::Symlink),
+            ]
+        );
     }
 }

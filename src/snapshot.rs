@@ -26,7 +26,23 @@ pub struct Snapshot {
     /// Rules and breakers; `None` before the guard's first step.
     pub guard: Option<GuardStatus>,
     pub samplers: Vec<SamplerStatus>,
+    /// What the readers skipped or hold, so a hostile tree is visible rather than silent.
+    pub inputs: InputStats,
     pub agent: AgentStats,
+}
+
+/// Untrusted-input bookkeeping of the last pass: names that needed escapes, entries refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct InputStats {
+    pub non_utf8_cgroups: usize,
+    pub non_utf8_log_names: usize,
+    /// Cgroups too deep or with a path too long to walk (with their subtree).
+    pub skipped_cgroups: usize,
+    /// `None` while the log sampler is off.
+    pub log_files_open: Option<usize>,
+    pub log_files_skipped_symlink: usize,
+    pub log_files_skipped_not_regular: usize,
+    pub log_files_skipped_cap: usize,
 }
 
 /// A value carried from the last good read when the current read failed.
@@ -36,11 +52,29 @@ pub struct Held<T> {
     pub stale: bool,
 }
 
+/// What a workload is: a Kubernetes container, or a systemd unit or other host cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Container,
+    Unit,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 2] = [Kind::Container, Kind::Unit];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Container => "container",
+            Kind::Unit => "unit",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WorkloadSignals {
     pub id: WorkloadId,
-    /// "container" or "unit".
-    pub kind: &'static str,
+    pub kind: Kind,
     pub qos: Option<QosClass>,
     pub pod_uid: Option<String>,
     /// The running instance (container id or unit cgroup); `None` while it has no cgroup, e.g.
@@ -163,6 +197,13 @@ impl Snapshot {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct GuardStatus {
     pub dry_run: bool,
+    /// The last write of the state file succeeded; no new hold is applied while it is false.
+    pub state_durable: bool,
+    pub state_write_failures_total: u64,
+    /// Where an unreadable state file was kept aside at start.
+    pub state_quarantined: Option<String>,
+    /// Cgroups we froze whose thaw failed, retried every tick.
+    pub thaws_pending: usize,
     pub breakers: Vec<BreakerView>,
     pub pending: Vec<PendingView>,
     /// (rule, action, outcome, count) since start.

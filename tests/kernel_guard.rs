@@ -419,6 +419,56 @@ fn inode(p: &Path) -> u64 {
         .ino()
 }
 
+/// `kill` is hierarchical on every freezer: processes in cgroups nested below the container's own
+/// (a supervisor's children moved into sub-cgroups) are killed with it.
+#[test]
+fn kill_reaches_processes_in_nested_cgroups() {
+    let Some(mut n) = common::node() else { return };
+    let pod = n.pod(
+        Driver::Cgroupfs,
+        QosClass::Burstable,
+        "jobs",
+        "nested-6b8c9d7f5-k2m4p",
+    );
+    let c = n.container(&pod, "supervisor", 0);
+    let inner = Container {
+        cgroup: format!("{}/workers/deeper", c.cgroup),
+        ..c.clone()
+    };
+    n.mkdir(&inner.cgroup);
+    let top = n.spawn(&c, &["idle"]);
+    let nested = [n.spawn(&inner, &["idle"]), n.spawn(&inner, &["idle"])];
+    assert_eq!(n.procs(&inner).len(), 2);
+    let rules =
+        "    - name: kill-flood\n      signal: log_lines_per_minute\n      above: 300\n      \
+                 for: 1s\n      action: kill\n      hold: 1m\n";
+    let mut agent = agent_with(&n, &guard_config(&n, QUIET_NET, rules));
+    agent.tick();
+    n.write_log(&c, "stderr", 400);
+    let mut killed = false;
+    for _ in 0..30 {
+        std::thread::sleep(Duration::from_millis(200));
+        let t = tick(&mut agent);
+        if !guard(&t.snap).actions.is_empty() {
+            assert_eq!(
+                guard(&t.snap).actions,
+                action("kill-flood", "kill", "done", 1)
+            );
+            killed = true;
+            break;
+        }
+    }
+    assert!(killed, "the rule never acted");
+    for pid in std::iter::once(top).chain(nested) {
+        let st = n
+            .wait_exit(pid, Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("{pid} still runs"));
+        assert_eq!(st.signal(), Some(9), "{pid}: {st:?}");
+    }
+    assert!(n.procs(&c).is_empty());
+    assert!(n.procs(&inner).is_empty());
+}
+
 #[test]
 fn kill_empties_the_cgroup_and_spares_a_recreated_one() {
     let Some(mut n) = common::node() else { return };

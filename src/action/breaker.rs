@@ -1,7 +1,7 @@
 //! One breaker: a workload identity (namespace, owner, container) tripped by one rule. Open while
 //! the hold lasts, half-open during probation after it, removed (closed) once probation passes.
 
-use super::cgroup::CgroupHandle;
+use super::state::ActedCgroup;
 use crate::rule::{ActionKind, HoldPolicy};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -42,7 +42,7 @@ pub struct Breaker {
     pub hold: Duration,
     pub trips: u64,
     /// Cgroups this breaker froze (to thaw) and instances it already enforced.
-    pub acted: Vec<CgroupHandle>,
+    pub acted: Vec<ActedCgroup>,
     pub enforced: HashSet<String>,
     /// Sibling replicas of the same owner that were already running when it tripped: the
     /// breaker never holds them (it follows the tripped pod and pods created after it).

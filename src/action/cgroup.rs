@@ -131,13 +131,58 @@ impl CgroupHandle {
         Ok(s)
     }
 
-    fn pids(&self) -> std::io::Result<Vec<u32>> {
-        Ok(crate::discover::parse_procs(&self.read("cgroup.procs")?))
+    /// Every process in this cgroup and in every cgroup below it: freezing and `cgroup.kill`
+    /// are hierarchical, so whatever checks or signals a target must see the whole subtree.
+    /// Bounded: a subtree too deep or too wide to verify is an error, never a partial answer.
+    pub fn subtree_pids(&self) -> std::io::Result<Vec<u32>> {
+        let mut pids = Vec::new();
+        let mut seen = 0usize;
+        walk_subtree(&self.path, 0, &mut seen, &mut pids)?;
+        Ok(pids)
     }
 
     pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.dir.as_fd()
     }
+}
+
+/// A subtree walk stops here: far beyond any kubelet or systemd tree, small enough to stay cheap.
+pub const MAX_SUBTREE_CGROUPS: usize = 4096;
+const MAX_SUBTREE_DEPTH: usize = 32;
+
+fn walk_subtree(
+    dir: &Path,
+    depth: usize,
+    seen: &mut usize,
+    pids: &mut Vec<u32>,
+) -> std::io::Result<()> {
+    *seen += 1;
+    if *seen > MAX_SUBTREE_CGROUPS || depth > MAX_SUBTREE_DEPTH {
+        return Err(std::io::Error::other(format!(
+            "more than {MAX_SUBTREE_CGROUPS} cgroups or {MAX_SUBTREE_DEPTH} levels below {}",
+            dir.display()
+        )));
+    }
+    match std::fs::read_to_string(dir.join("cgroup.procs")) {
+        Ok(t) => pids.extend(crate::discover::parse_procs(&t)),
+        // A cgroup removed while we walk has no processes left to protect or signal (and a
+        // directory listing below tells whether it is gone).
+        Err(e) if crate::fsio::is_gone(&e) => {}
+        Err(e) => return Err(e),
+    }
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if crate::fsio::is_gone(&e) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in rd {
+        let entry = entry?;
+        // `file_type` does not follow symlinks: cgroupfs has none, and a planted one is skipped.
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            walk_subtree(&entry.path(), depth + 1, seen, pids)?;
+        }
+    }
+    Ok(())
 }
 
 /// Pure: `frozen 1` in a v2 `cgroup.events`.
@@ -181,7 +226,7 @@ impl CgroupActuator {
         sig: nix::sys::signal::Signal,
     ) -> std::io::Result<usize> {
         let mut n = 0;
-        for pid in h.pids()? {
+        for pid in h.subtree_pids()? {
             if self.protected_pids.contains(&pid) {
                 continue;
             }
@@ -262,7 +307,7 @@ impl Actuator for CgroupActuator {
                 return Outcome::Failed(format!("kill {}: {e}", h.path.display()));
             }
         }
-        match self.wait(|| Ok(h.pids()?.is_empty())) {
+        match self.wait(|| Ok(h.subtree_pids()?.is_empty())) {
             Ok(true) => Outcome::Done,
             Ok(false) => Outcome::Failed("processes remained after the kill timeout".into()),
             Err(e) if crate::fsio::is_gone(&e) => Outcome::Done,

@@ -1,759 +1,85 @@
-//! The guard: each tick, rules are evaluated on the snapshot; a rule that holds trips a breaker
-//! on exactly the offending workload, paced node-wide, announced once; breakers are enforced on
-//! new instances, released after their hold (half-open), reset by a new revision, persisted.
+//! The guard: the decider and the enforcer, stepped together once per tick. Each step reads the
+//! hand releases (the only input besides the snapshot), lets the decider decide, the enforcer
+//! apply, and the decider settle what the enforcer reports.
 
-use super::breaker::{next_hold, Breaker, BreakerId, BreakerState};
-use super::cgroup::{CgroupHandle, Freezer};
-use super::notify::{Event, Notifier};
-use super::owner::owner_of;
-use super::state::{self, ActedCgroup, PersistedBreaker, StateFile};
-use super::throttle::Throttle;
-use super::{Actuator, Outcome};
+use super::decide::Decider;
+use super::enforce::Enforcer;
+use super::state;
 use crate::clock::Clock;
 use crate::config::guard::GuardConfig;
-use crate::rule::signal::node_key;
-use crate::rule::{ActionKind, Condition, Evaluation, Firing, RuleEngine};
-use crate::snapshot::{BreakerView, GuardStatus, PendingView, Snapshot, WorkloadSignals};
-use crate::workload::WorkloadId;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use crate::snapshot::{GuardStatus, Snapshot};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
-type Key = (BreakerId, usize);
+pub use super::decide::{glob, identity};
 
 pub struct Guard {
-    cfg: GuardConfig,
     clock: Arc<dyn Clock>,
-    engine: RuleEngine,
-    breakers: BTreeMap<Key, Breaker>,
-    throttle: Throttle,
-    actuator: Box<dyn Actuator>,
-    freezer: Freezer,
-    notifier: Notifier,
-    protected_namespaces: Vec<String>,
-    node: String,
-    /// Handles opened when a rule's hold started on a target, used when it trips.
-    pending_handles: HashMap<(usize, WorkloadId), Vec<CgroupHandle>>,
-    actions: BTreeMap<(String, &'static str, &'static str), u64>,
-    /// (rule, target) already logged as protected or deferred: logged once, not per tick.
-    quiet: HashSet<(usize, WorkloadId, &'static str)>,
-    /// Revisions replaced by a newer one, per identity, while they still run.
-    superseded: HashMap<BreakerId, HashSet<String>>,
-}
-
-fn unix(t: SystemTime) -> f64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
-/// Simple `*`/`?` glob; protection lists are short and patterns trivial.
-pub fn glob(pattern: &str, text: &str) -> bool {
-    fn m(p: &[u8], t: &[u8]) -> bool {
-        match (p.first(), t.first()) {
-            (None, None) => true,
-            (Some(b'*'), _) => m(&p[1..], t) || (!t.is_empty() && m(p, &t[1..])),
-            (Some(b'?'), Some(_)) => m(&p[1..], &t[1..]),
-            (Some(a), Some(b)) if a == b => m(&p[1..], &t[1..]),
-            _ => false,
-        }
-    }
-    m(pattern.as_bytes(), text.as_bytes())
-}
-
-/// A workload's breaker identity and revision.
-pub fn identity(w: &WorkloadSignals) -> (BreakerId, String) {
-    if w.kind == "unit" {
-        return (
-            BreakerId {
-                namespace: String::new(),
-                owner: w.id.container.clone(),
-                container: w.id.container.clone(),
-            },
-            String::new(),
-        );
-    }
-    let o = owner_of(&w.id.pod, w.pod_uid.as_deref().unwrap_or(""));
-    (
-        BreakerId {
-            namespace: w.id.namespace.clone(),
-            owner: o.name,
-            container: w.id.container.clone(),
-        },
-        o.revision,
-    )
-}
-
-fn matches_id(id: &BreakerId, w: &WorkloadSignals) -> bool {
-    let (wid, _) = identity(w);
-    wid.namespace == id.namespace
-        && wid.owner == id.owner
-        && (id.container.is_empty() || wid.container == id.container)
-}
-
-/// The workloads a breaker holds now: its identity, minus replicas it spared.
-fn held_by<'a>(b: &Breaker, snap: &'a Snapshot) -> Vec<&'a WorkloadSignals> {
-    snap.workloads
-        .iter()
-        .filter(|w| {
-            w.cgroup.is_some() && matches_id(&b.id, w) && !b.spared_pods.contains(&w.id.pod)
-        })
-        .collect()
+    decider: Decider,
+    enforcer: Enforcer,
 }
 
 impl Guard {
+    /// Restores the breakers of the state file (re-holding, or thawing what is not held any
+    /// more) before the first tick.
     pub fn new(
         cfg: GuardConfig,
         clock: Arc<dyn Clock>,
-        freezer: Freezer,
-        actuator: Box<dyn Actuator>,
+        mut enforcer: Enforcer,
         node: String,
+        own_namespace: Option<String>,
     ) -> Guard {
-        let mut protected_namespaces = cfg.protect.namespaces.clone();
-        if let Ok(ns) = std::env::var("POD_NAMESPACE") {
-            if !ns.is_empty() && !protected_namespaces.contains(&ns) {
-                protected_namespaces.push(ns);
+        let mut protected = cfg.protect.namespaces.clone();
+        if let Some(ns) = own_namespace.filter(|ns| !ns.is_empty()) {
+            if !protected.contains(&ns) {
+                protected.push(ns);
             }
         }
-        let mut g = Guard {
-            engine: RuleEngine::new(cfg.rules.clone()),
-            throttle: Throttle::new(cfg.cooldown, cfg.max_actions_per_10m),
-            notifier: Notifier::new(Some(cfg.webhook_url.clone())),
-            cfg,
+        let mut decider = Decider::new(cfg, node, protected);
+        let (now, wall) = (clock.now(), clock.wall());
+        let secs = wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if let Some(file) = enforcer.load(secs) {
+            let reports = enforcer.run(decider.restore(now, wall, file));
+            enforcer.run(decider.settle(now, wall, reports));
+        }
+        enforcer.finish_restore();
+        Guard {
             clock,
-            breakers: BTreeMap::new(),
-            actuator,
-            freezer,
-            protected_namespaces,
-            node,
-            pending_handles: HashMap::new(),
-            actions: BTreeMap::new(),
-            quiet: HashSet::new(),
-            superseded: HashMap::new(),
-        };
-        g.restore();
-        g
+            decider,
+            enforcer,
+        }
     }
 
     pub fn dry_run(&self) -> bool {
-        self.cfg.dry_run
-    }
-
-    /// Why a workload must not be acted on, if it must not.
-    fn protected(&self, w: &WorkloadSignals) -> Option<&'static str> {
-        if w.kind == "unit" {
-            if !self.cfg.host_units.contains(&w.id.container) {
-                return Some("outside kubepods and not listed in guard.host_units");
-            }
-            return None;
-        }
-        if self.protected_namespaces.contains(&w.id.namespace) {
-            return Some("protected namespace");
-        }
-        let full = format!("{}/{}/{}", w.id.namespace, w.id.pod, w.id.container);
-        if self.cfg.protect.workloads.iter().any(|g| glob(g, &full)) {
-            return Some("protected by guard.protect.workloads");
-        }
-        None
-    }
-
-    /// The cgroup holds the agent itself or pid 1/2: never frozen, whatever the config says.
-    fn holds_protected_pid(h: &CgroupHandle) -> bool {
-        let own = std::process::id();
-        std::fs::read_to_string(h.path.join("cgroup.procs"))
-            .map(|t| {
-                crate::discover::parse_procs(&t)
-                    .iter()
-                    .any(|p| *p == own || *p <= 2)
-            })
-            .unwrap_or(false)
-    }
-
-    fn wall(&self, now: Instant, at: Instant) -> f64 {
-        let w = self.clock.wall();
-        if at >= now {
-            unix(w + (at - now))
-        } else {
-            unix(w - (now - at))
-        }
-    }
-
-    fn event(
-        &self,
-        b: &Breaker,
-        transition: &'static str,
-        outcome: &str,
-        held_for: Duration,
-    ) -> Event {
-        Event {
-            transition,
-            namespace: b.id.namespace.clone(),
-            pod: b.pod.clone(),
-            container: b.id.container.clone(),
-            owner: b.id.owner.clone(),
-            rule: self.cfg.rules[b.rule].name.clone(),
-            value: b.value,
-            threshold: b.threshold,
-            held_for_seconds: held_for.as_secs_f64(),
-            action: b.action.as_str(),
-            outcome: outcome.to_owned(),
-            hold_seconds: b.hold_until.map(|_| b.hold.as_secs_f64()),
-            dry_run: self.cfg.dry_run,
-            node: self.node.clone(),
-            reason: b.reason.clone(),
-        }
-    }
-
-    fn count(&mut self, rule: usize, action: &'static str, outcome: &'static str) {
-        *self
-            .actions
-            .entry((self.cfg.rules[rule].name.clone(), action, outcome))
-            .or_default() += 1;
+        self.decider.dry_run()
     }
 
     pub fn step(&mut self, snap: &Snapshot) -> GuardStatus {
-        let now = self.clock.now();
-        self.throttle.begin_tick();
-        let mut changed = self.releases();
-        // Expiring holds reset their rule's progress first, so a half-open workload must hold
-        // the full `for` again before it trips again.
-        changed |= self.maintain(now, snap);
-        self.superseded.retain(|id, revs| {
-            revs.retain(|r| {
-                snap.workloads
-                    .iter()
-                    .any(|w| matches_id(id, w) && identity(w).1 == *r)
-            });
-            !revs.is_empty()
-        });
-        let ev = self.engine.evaluate(now, snap);
-        self.track_pending(snap, &ev);
-        changed |= self.trip(now, snap, &ev);
-        if changed {
-            self.persist();
-        }
-        self.status(now, &ev)
-    }
-
-    /// Opens the targets' cgroups when a hold starts, so the action later hits the same ones.
-    fn track_pending(&mut self, snap: &Snapshot, ev: &Evaluation) {
-        let live: HashSet<(usize, WorkloadId)> =
-            ev.pending.iter().map(|(r, k, _)| (*r, k.clone())).collect();
-        self.pending_handles.retain(|k, _| live.contains(k));
-        for (rule, key) in live {
-            if key == node_key() || self.pending_handles.contains_key(&(rule, key.clone())) {
-                continue;
-            }
-            let handles = crate::rule::signal::targets(snap, &key)
-                .iter()
-                .filter_map(|id| {
-                    snap.workloads
-                        .iter()
-                        .find(|w| w.id == *id)?
-                        .cgroup
-                        .as_deref()
-                })
-                .filter_map(|rel| CgroupHandle::open(&self.freezer, rel).ok())
-                .collect();
-            self.pending_handles.insert((rule, key), handles);
-        }
-    }
-
-    fn apply(&mut self, action: ActionKind, h: &CgroupHandle) -> Outcome {
-        // The path was removed or recreated since the hold started: never the cgroup we meant.
-        if !h.same_cgroup() {
-            return Outcome::Replaced;
-        }
-        if Guard::holds_protected_pid(h) {
-            return Outcome::Failed("the cgroup holds pid 1, pid 2 or the agent".into());
-        }
-        match action {
-            ActionKind::Freeze => self.actuator.freeze(h),
-            ActionKind::Kill => self.actuator.kill(h),
-            ActionKind::Report => Outcome::Done,
-        }
-    }
-
-    /// Hold expiry, probation end, new revisions, and enforcement on new instances.
-    fn maintain(&mut self, now: Instant, snap: &Snapshot) -> bool {
-        let mut changed = false;
-        let keys: Vec<Key> = self.breakers.keys().cloned().collect();
-        for key in keys {
-            let Some(mut b) = self.breakers.remove(&key) else {
-                continue;
-            };
-            let current = held_by(&b, snap);
-            // The owner deployed something new: the breaker has done its job.
-            if current.iter().any(|w| identity(w).1 != b.revision) {
-                self.superseded
-                    .entry(b.id.clone())
-                    .or_default()
-                    .insert(b.revision.clone());
-                self.thaw_all(&mut b);
-                let e = self.event(&b, "reset_new_revision", "thawed", Duration::ZERO);
-                self.notifier.send(e);
-                changed = true;
-                continue;
-            }
-            match b.state {
-                BreakerState::Open if b.hold_until.is_some_and(|t| now >= t) => {
-                    self.thaw_all(&mut b);
-                    b.state = BreakerState::HalfOpen;
-                    b.probation_until = Some(now + self.cfg.probation);
-                    let id = b.id.clone();
-                    self.engine.reset_matching(b.rule, |k| {
-                        k.namespace == id.namespace
-                            && owner_of(&k.pod, "").name == id.owner
-                            && (id.container.is_empty() || k.container == id.container)
-                    });
-                    let e = self.event(&b, "half_open", "thawed", Duration::ZERO);
-                    self.notifier.send(e);
-                    changed = true;
-                }
-                BreakerState::HalfOpen if b.probation_until.is_some_and(|t| now >= t) => {
-                    let e = self.event(&b, "closed", "probation passed", Duration::ZERO);
-                    self.notifier.send(e);
-                    changed = true;
-                    continue;
-                }
-                BreakerState::Open if b.action != ActionKind::Report => {
-                    // A restarted instance of a held workload is held too.
-                    for w in current {
-                        let inst = w.container_id.clone().unwrap_or_default();
-                        let held = b
-                            .acted
-                            .iter()
-                            .any(|h| Some(h.rel.as_str()) == w.cgroup.as_deref());
-                        if held || b.enforced.contains(&inst) {
-                            continue;
-                        }
-                        b.enforced.insert(inst);
-                        b.pod = w.id.pod.clone();
-                        let Some(rel) = w.cgroup.as_deref() else {
-                            continue;
-                        };
-                        match CgroupHandle::open(&self.freezer, rel) {
-                            Ok(h) => {
-                                let out = self.apply(ActionKind::Freeze, &h);
-                                self.count(b.rule, "freeze", out.as_str());
-                                let e = self.event(&b, "reapplied", out.as_str(), Duration::ZERO);
-                                self.notifier.send(e);
-                                if matches!(out, Outcome::Done | Outcome::DryRun) {
-                                    b.acted.push(h);
-                                }
-                                changed = true;
-                            }
-                            Err(e) => {
-                                tracing::warn!(cgroup = rel, error = %e, "cannot open a held workload's cgroup")
-                            }
-                        }
-                    }
-                }
-                _ => {}
-            }
-            self.breakers.insert(key, b);
-        }
-        changed
-    }
-
-    fn thaw_all(&mut self, b: &mut Breaker) {
-        for h in b.acted.drain(..) {
-            if let Outcome::Failed(e) = self.actuator.thaw(&h) {
-                tracing::error!(cgroup = %h.path.display(), error = %e, "thaw failed");
-            }
-        }
-        b.enforced.clear();
-    }
-
-    fn trip(&mut self, now: Instant, snap: &Snapshot, ev: &Evaluation) -> bool {
-        let mut changed = false;
-        for f in &ev.firing {
-            // Only live instances can be acted on: a crash-looping container between two
-            // restarts has none, and must not use up the node's pacing.
-            let targets: Vec<&WorkloadSignals> = crate::rule::signal::targets(snap, &f.target)
-                .iter()
-                .filter_map(|id| {
-                    snap.workloads
-                        .iter()
-                        .find(|w| w.id == *id && w.cgroup.is_some())
-                })
-                .collect();
-            let Some(first) = targets.first() else {
-                continue;
-            };
-            let (mut id, revision) = identity(first);
-            if f.target.container.is_empty() {
-                id.container.clear();
-            }
-            // A revision the owner has already replaced is never tripped again (its history
-            // still holds in the rule's window while the rollout finishes).
-            if self
-                .superseded
-                .get(&id)
-                .is_some_and(|r| r.contains(&revision))
-            {
-                continue;
-            }
-            let key = (id, f.rule);
-            let previous = match self.breakers.get(&key) {
-                Some(b) if b.state == BreakerState::Open => continue,
-                Some(b) => Some(b.hold),
-                None => None,
-            };
-            if let Some(reason) = targets.iter().find_map(|w| self.protected(w)) {
-                if self.quiet.insert((f.rule, f.target.clone(), "protected")) {
-                    tracing::info!(rule = %self.cfg.rules[f.rule].name, target = %f.target, reason, "rule holds on a protected workload: not acting");
-                }
-                continue;
-            }
-            let rule = self.cfg.rules[f.rule].clone();
-            if rule.action != ActionKind::Report {
-                if let Err(why) = self.throttle.check(now) {
-                    if self.quiet.insert((f.rule, f.target.clone(), "deferred")) {
-                        tracing::info!(rule = %rule.name, target = %f.target, why, "action deferred");
-                    }
-                    continue;
-                }
-            }
-            self.quiet
-                .retain(|(r, t, _)| !(*r == f.rule && *t == f.target));
-            let hold = next_hold(rule.hold, previous, self.cfg.max_hold);
-            let mut outcomes = Vec::new();
-            let mut acted = Vec::new();
-            let mut enforced = HashSet::new();
-            let mut handles = self
-                .pending_handles
-                .remove(&(f.rule, f.target.clone()))
-                .unwrap_or_default();
-            for w in &targets {
-                let Some(rel) = w.cgroup.as_deref() else {
-                    continue;
-                };
-                // The handle opened when the hold started; a target without one is opened now.
-                let h = match handles.iter().position(|h| h.rel == rel) {
-                    Some(i) => Ok(handles.swap_remove(i)),
-                    None => CgroupHandle::open(&self.freezer, rel),
-                };
-                let out = match &h {
-                    _ if rule.action == ActionKind::Report => Outcome::Done,
-                    Ok(h) => self.apply(rule.action, h),
-                    Err(e) => Outcome::Failed(format!("open {rel}: {e}")),
-                };
-                self.count(f.rule, rule.action.as_str(), out.as_str());
-                if matches!(out, Outcome::Done | Outcome::DryRun) {
-                    enforced.insert(w.container_id.clone().unwrap_or_default());
-                    if let (Ok(h), ActionKind::Freeze) = (h, rule.action) {
-                        acted.push(h);
-                    }
-                }
-                outcomes.push(out);
-            }
-            if rule.action != ActionKind::Report {
-                self.throttle.record(now);
-            }
-            if outcomes.contains(&Outcome::Replaced) {
-                // No hold ever ran on the cgroup now at that path: it starts from zero.
-                let target = f.target.clone();
-                self.engine.reset_matching(f.rule, |k| *k == target);
-            }
-            let ok = outcomes
-                .iter()
-                .any(|o| matches!(o, Outcome::Done | Outcome::DryRun));
-            let outcome = summarize(&outcomes);
-            let signal = match &rule.condition {
-                Condition::Threshold { signal, .. } => format!("{signal:?}"),
-                Condition::RestartLoop(_) => "restart bursts".to_owned(),
-            };
-            let reason = reason(&signal, f);
-            let trips = self.breakers.get(&key).map_or(0, |b| b.trips);
-            let spared_pods = snap
-                .workloads
-                .iter()
-                .filter(|w| matches_id(&key.0, w) && w.id.pod != first.id.pod)
-                .map(|w| w.id.pod.clone())
-                .collect();
-            let b = Breaker {
-                id: key.0.clone(),
-                rule: f.rule,
-                action: rule.action,
-                state: BreakerState::Open,
-                pod: first.id.pod.clone(),
-                revision: revision.clone(),
-                reason,
-                value: f.value,
-                threshold: f.threshold,
-                opened_at: now,
-                hold_until: hold.map(|h| now + h),
-                probation_until: None,
-                hold: hold.unwrap_or_default(),
-                trips: trips + 1,
-                acted,
-                enforced,
-                spared_pods,
-            };
-            let transition = if ok { "opened" } else { "action_failed" };
-            let e = self.event(&b, transition, &outcome, f.held_for);
-            self.notifier.send(e);
-            if ok {
-                self.breakers.insert(key, b);
-            } else {
-                // Nothing was held: no breaker, the rule is re-checked after the cool-down.
-                self.breakers.remove(&key);
-            }
-            changed = true;
-        }
-        changed
-    }
-
-    fn releases(&mut self) -> bool {
-        let mut changed = false;
-        for req in state::take_releases(&self.cfg.state_file) {
-            let keys: Vec<Key> = self
-                .breakers
-                .iter()
-                .filter(|((id, r), b)| {
-                    id.namespace == req.namespace
-                        && (id.owner == req.pod || b.pod == req.pod)
-                        && id.container == req.container
-                        && req
-                            .rule
-                            .as_ref()
-                            .is_none_or(|n| *n == self.cfg.rules[*r].name)
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in keys {
-                if let Some(mut b) = self.breakers.remove(&k) {
-                    self.thaw_all(&mut b);
-                    let e = self.event(&b, "released", "thawed by hand", Duration::ZERO);
-                    self.notifier.send(e);
-                    changed = true;
-                }
-            }
-        }
-        changed
+        let (now, wall) = (self.clock.now(), self.clock.wall());
+        let releases = state::take_releases(self.enforcer.state_file());
+        let commands = self.decider.decide(now, wall, snap, &releases);
+        let reports = self.enforcer.run(commands);
+        let settled = self.decider.settle(now, wall, reports);
+        self.enforcer.run(settled);
+        self.status()
     }
 
     /// Fail open: thaw everything this agent froze. Breakers stay in the state file, so a
     /// restarted agent re-applies holds that are still due.
     pub fn shutdown(&mut self) {
-        let keys: Vec<Key> = self.breakers.keys().cloned().collect();
-        for k in keys {
-            if let Some(b) = self.breakers.get(&k) {
-                // The handles stay in the breaker (and the state file): a restart re-applies them.
-                for h in &b.acted {
-                    if let Outcome::Failed(e) = self.actuator.thaw(h) {
-                        tracing::error!(cgroup = %h.path.display(), error = %e, "thaw at shutdown failed");
-                    }
-                }
-            }
-        }
-        self.persist();
+        let (now, wall) = (self.clock.now(), self.clock.wall());
+        let commands = self.decider.shutdown(now, wall);
+        self.enforcer.run(commands);
     }
 
-    fn persist(&self) {
-        let now = self.clock.now();
-        let breakers = self
-            .breakers
-            .values()
-            .map(|b| PersistedBreaker {
-                id: b.id.clone(),
-                rule: self.cfg.rules[b.rule].name.clone(),
-                action: b.action,
-                state: b.state,
-                pod: b.pod.clone(),
-                revision: b.revision.clone(),
-                reason: b.reason.clone(),
-                value: b.value,
-                threshold: b.threshold,
-                since: self.wall(now, b.opened_at),
-                hold_until: b.hold_until.map(|t| self.wall(now, t)),
-                probation_until: b.probation_until.map(|t| self.wall(now, t)),
-                hold_seconds: b.hold.as_secs_f64(),
-                trips: b.trips,
-                acted: b
-                    .acted
-                    .iter()
-                    .map(|h| ActedCgroup {
-                        cgroup: h.rel.clone(),
-                        inode: h.ino,
-                    })
-                    .collect(),
-                spared_pods: b.spared_pods.iter().cloned().collect(),
-            })
-            .collect();
-        let file = StateFile {
-            version: state::VERSION,
-            saved_at: unix(self.clock.wall()),
-            breakers,
-        };
-        if let Err(e) = state::save(&self.cfg.state_file, &file) {
-            tracing::error!(path = %self.cfg.state_file.display(), error = %e, "cannot write the breaker state");
-        }
-    }
-
-    /// Reads the state file: holds still due are re-applied, expired ones thawed.
-    fn restore(&mut self) {
-        let file = match state::load(&self.cfg.state_file) {
-            Ok(Some(f)) => f,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::error!(error = %e, "breaker state unreadable: starting with none");
-                return;
-            }
-        };
-        let now = self.clock.now();
-        let wall_now = unix(self.clock.wall());
-        let at = |t: f64| {
-            let d = Duration::from_secs_f64((t - wall_now).abs());
-            if t >= wall_now {
-                now + d
-            } else {
-                now.checked_sub(d).unwrap_or(now)
-            }
-        };
-        for p in file.breakers {
-            let Some(rule) = self.cfg.rules.iter().position(|r| r.name == p.rule) else {
-                tracing::warn!(rule = %p.rule, "a persisted breaker's rule no longer exists: dropping it");
-                for a in &p.acted {
-                    if let Some(h) = CgroupHandle::reopen(&self.freezer, &a.cgroup, a.inode) {
-                        let _ = self.actuator.thaw(&h);
-                    }
-                }
-                continue;
-            };
-            let handles: Vec<CgroupHandle> = p
-                .acted
-                .iter()
-                .filter_map(|a| CgroupHandle::reopen(&self.freezer, &a.cgroup, a.inode))
-                .collect();
-            let mut b = Breaker {
-                id: p.id,
-                rule,
-                action: p.action,
-                state: p.state,
-                pod: p.pod,
-                revision: p.revision,
-                reason: p.reason,
-                value: p.value,
-                threshold: p.threshold,
-                opened_at: at(p.since),
-                hold_until: p.hold_until.map(at),
-                probation_until: p.probation_until.map(at),
-                hold: Duration::from_secs_f64(p.hold_seconds.max(0.0)),
-                trips: p.trips,
-                acted: Vec::new(),
-                enforced: HashSet::new(),
-                spared_pods: p.spared_pods.into_iter().collect(),
-            };
-            let due = b.state == BreakerState::Open && b.hold_until.is_none_or(|t| t > now);
-            for h in handles {
-                if due && b.action != ActionKind::Report {
-                    let out = self.apply(ActionKind::Freeze, &h);
-                    if matches!(out, Outcome::Done | Outcome::DryRun) {
-                        b.acted.push(h);
-                    }
-                } else {
-                    let _ = self.actuator.thaw(&h);
-                }
-            }
-            let e = self.event(
-                &b,
-                "restored",
-                if due {
-                    "hold re-applied"
-                } else {
-                    "hold expired"
-                },
-                Duration::ZERO,
-            );
-            self.notifier.send(e);
-            self.breakers.insert((b.id.clone(), rule), b);
-        }
-    }
-
-    fn status(&self, now: Instant, ev: &Evaluation) -> GuardStatus {
+    fn status(&self) -> GuardStatus {
         GuardStatus {
-            dry_run: self.cfg.dry_run,
-            breakers: self
-                .breakers
-                .values()
-                .map(|b| BreakerView {
-                    namespace: b.id.namespace.clone(),
-                    pod: b.pod.clone(),
-                    container: b.id.container.clone(),
-                    owner: b.id.owner.clone(),
-                    rule: self.cfg.rules[b.rule].name.clone(),
-                    state: match b.state {
-                        BreakerState::Open => "open",
-                        BreakerState::HalfOpen => "half_open",
-                    },
-                    action: b.action.as_str(),
-                    reason: b.reason.clone(),
-                    value: b.value,
-                    threshold: b.threshold,
-                    since: self.wall(now, b.opened_at),
-                    hold_remaining_seconds: b.hold_remaining(now).map(|d| d.as_secs_f64()),
-                    trips_total: b.trips,
-                    would_act: self.cfg.dry_run
-                        && b.state == BreakerState::Open
-                        && b.action != ActionKind::Report,
-                })
-                .collect(),
-            pending: ev
-                .pending
-                .iter()
-                .map(|(r, k, d)| PendingView {
-                    namespace: k.namespace.clone(),
-                    pod: k.pod.clone(),
-                    container: k.container.clone(),
-                    rule: self.cfg.rules[*r].name.clone(),
-                    seconds: d.as_secs_f64(),
-                })
-                .collect(),
-            actions: self
-                .actions
-                .iter()
-                .map(|((r, a, o), n)| (r.clone(), *a, *o, *n))
-                .collect(),
+            state_durable: self.enforcer.durable(),
+            state_write_failures_total: self.enforcer.state_write_failures(),
+            state_quarantined: self.enforcer.quarantined().map(str::to_owned),
+            thaws_pending: self.enforcer.thaws_pending(),
+            ..self.decider.status(self.clock.now(), self.clock.wall())
         }
-    }
-}
-
-fn summarize(outcomes: &[Outcome]) -> String {
-    let mut parts: Vec<String> = outcomes
-        .iter()
-        .map(|o| match o {
-            Outcome::Failed(e) => format!("failed: {e}"),
-            o => o.as_str().to_owned(),
-        })
-        .collect();
-    parts.dedup();
-    if parts.is_empty() {
-        "no target cgroup".to_owned()
-    } else {
-        parts.join("; ")
-    }
-}
-
-fn reason(signal: &str, f: &Firing) -> String {
-    let mut r = format!(
-        "{signal} = {} above {} for {}s",
-        round(f.value),
-        round(f.threshold),
-        f.held_for.as_secs()
-    );
-    if let Some(c) = f.contributor_value {
-        r.push_str(&format!("; top contributor holds {}", round(c)));
-    }
-    r
-}
-
-fn round(v: f64) -> String {
-    if v.fract() == 0.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.3}")
     }
 }
 

@@ -2,12 +2,17 @@
 //! actuator over a temp-dir cgroup tree.
 
 use super::*;
-use crate::action::{DryRun, Recording};
+use crate::action::cgroup::Freezer;
+use crate::action::enforce::Enforcer;
+use crate::action::{Actuator, DryRun, Recording};
 use crate::clock::ManualClock;
 use crate::config::Config;
 use crate::sample::logs::LineCounts;
+use crate::snapshot::WorkloadSignals;
 use crate::snapshot::{Held, NodeConntrack, PodSignals, SocketCounts};
+use crate::workload::WorkloadId;
 use std::path::Path;
+use std::time::Duration;
 
 const S: Duration = Duration::from_secs(1);
 const M: Duration = Duration::from_secs(60);
@@ -41,9 +46,13 @@ const RULES: &str = "  rules:
 ";
 
 fn rig_with(extra: &str, dry_run: bool, dir: tempfile::TempDir, clock: ManualClock) -> Rig {
+    let state = if extra.contains("state_file:") {
+        String::new()
+    } else {
+        format!("  state_file: {}/state.json\n", dir.path().display())
+    };
     let yaml = format!(
-        "guard:\n  dry_run: {dry_run}\n  state_file: {}/state.json\n  cooldown: 30s\n  max_actions_per_10m: 3\n  probation: 1h\n  max_hold: 40m\n{extra}{RULES}",
-        dir.path().display()
+        "guard:\n  dry_run: {dry_run}\n{state}  cooldown: 30s\n  max_actions_per_10m: 3\n  probation: 1h\n  max_hold: 40m\n{extra}{RULES}"
     );
     let cfg = Config::from_yaml(&yaml).unwrap().guard;
     let rec = Recording::default();
@@ -52,14 +61,21 @@ fn rig_with(extra: &str, dry_run: bool, dir: tempfile::TempDir, clock: ManualClo
     } else {
         Box::new(rec.clone())
     };
-    let guard = Guard::new(
-        cfg,
-        Arc::new(clock.clone()),
+    let enforcer = Enforcer::new(
+        actuator,
+        Box::new(rec.clone()),
         Freezer::V2 {
             root: dir.path().join("cg"),
         },
-        actuator,
+        cfg.state_file.clone(),
+        crate::action::notify::Notifier::new(None),
+    );
+    let guard = Guard::new(
+        cfg,
+        Arc::new(clock.clone()),
+        enforcer,
         "node-a".into(),
+        None,
     );
     Rig {
         dir,
@@ -88,7 +104,7 @@ fn w(r: &Rig, ns: &str, pod: &str, c: &str, id: &str, per_min: u64) -> WorkloadS
     mkcg(r.dir.path(), &cgroup);
     WorkloadSignals {
         id: WorkloadId::container(ns, pod, c),
-        kind: "container",
+        kind: crate::snapshot::Kind::Container,
         qos: None,
         pod_uid: Some(format!("uid-{pod}")),
         container_id: Some(id.into()),
@@ -337,7 +353,7 @@ fn protected_namespaces_globs_and_units_are_never_acted_on() {
         "  protect:\n    namespaces: [kube-system]\n    workloads: [\"monitoring/victoria-*/*\"]\n",
     );
     let mut unit = w(&r, "", "", "feeds.service", "u", 5000);
-    unit.kind = "unit";
+    unit.kind = crate::snapshot::Kind::Unit;
     unit.pod_uid = None;
     let s = snap(vec![
         w(
@@ -565,4 +581,126 @@ fn a_target_without_a_cgroup_does_not_use_up_the_pacing() {
         r.rec.calls(),
         vec!["freeze /kubepods/pod-nginx-0/n".to_string()]
     );
+}
+
+/// A breaker frozen by an enforcing agent that then died without its SIGTERM thaw.
+fn frozen_then_killed() -> (tempfile::TempDir, ManualClock, String, Snapshot) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::default();
+    let mut r = rig_with("", false, dir, clock.clone());
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    r.step(&s);
+    r.at(M, &s);
+    let cg = format!("/kubepods/pod-{BACKEND}/aaa");
+    assert_eq!(r.rec.calls(), vec![format!("freeze {cg}")]);
+    // SIGKILL: no shutdown, the cgroup stays frozen.
+    let Rig { dir, .. } = r;
+    (dir, clock, cg, s)
+}
+
+#[test]
+fn a_restart_in_dry_run_thaws_for_real_and_keeps_the_breaker() {
+    let (dir, clock, cg, s) = frozen_then_killed();
+    let path = dir.path().join("state.json");
+    clock.advance(M);
+    let mut dry = rig_with("", true, dir, clock.clone());
+    // The dry run's actuator writes nothing, but the undo of our own hold is real.
+    assert_eq!(dry.rec.calls(), vec![format!("thaw {cg}")]);
+    let st = dry.step(&s);
+    assert_eq!(st.breakers.len(), 1, "the breaker is kept");
+    assert!(st.breakers[0].would_act);
+    assert_eq!(st.breakers[0].hold_remaining_seconds, Some(14.0 * 60.0));
+    let saved = state::load(&path).unwrap().unwrap();
+    assert_eq!(saved.breakers.len(), 1);
+    assert!(
+        saved.breakers[0].acted.is_empty(),
+        "nothing of ours is frozen any more"
+    );
+    // Nothing more is written: the rest of the hold is a dry run.
+    dry.at(M, &s);
+    dry.guard.shutdown();
+    assert_eq!(dry.rec.calls().len(), 1);
+}
+
+#[test]
+fn nothing_is_frozen_whose_subtree_holds_the_agent() {
+    let mut r = rig("");
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    // The agent sits in a cgroup nested below the target.
+    let nested = r
+        .dir
+        .path()
+        .join(format!("cg/kubepods/pod-{BACKEND}/aaa/inner/deeper"));
+    std::fs::create_dir_all(&nested).unwrap();
+    std::fs::write(
+        nested.join("cgroup.procs"),
+        format!("{}\n", std::process::id()),
+    )
+    .unwrap();
+    r.step(&s);
+    let st = r.at(M, &s);
+    assert!(r.rec.calls().is_empty(), "{:?}", r.rec.calls());
+    assert!(st.breakers.is_empty());
+    assert_eq!(
+        st.actions,
+        vec![("log-flood".to_string(), "freeze", "failed", 1)]
+    );
+}
+
+#[test]
+fn no_hold_without_a_durable_record() {
+    let dir = tempfile::tempdir().unwrap();
+    // The state file's directory is a regular file: nothing can be written there.
+    std::fs::write(dir.path().join("blocked"), "").unwrap();
+    let extra = format!(
+        "  state_file: {}/blocked/state.json\n",
+        dir.path().display()
+    );
+    let mut r = rig_with(&extra, false, dir, ManualClock::default());
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    let st = r.step(&s);
+    assert!(!st.state_durable);
+    let st = r.at(M, &s);
+    assert!(r.rec.calls().is_empty());
+    assert!(st.breakers.is_empty());
+    assert_eq!(
+        st.actions,
+        vec![("log-flood".to_string(), "freeze", "failed", 1)]
+    );
+    assert!(st.state_write_failures_total >= 2);
+}
+
+#[test]
+fn an_unreadable_state_file_is_kept_aside_and_what_it_froze_is_thawed() {
+    let (dir, clock, cg, s) = frozen_then_killed();
+    let path = dir.path().join("state.json");
+    // Out-of-range numbers: the file as a whole is refused, its cgroups are still known.
+    let text = std::fs::read_to_string(&path).unwrap().replacen(
+        "\"hold_seconds\": 900.0",
+        "\"hold_seconds\": 1e300",
+        1,
+    );
+    assert!(text.contains("1e300"));
+    std::fs::write(&path, &text).unwrap();
+    let mut r = rig_with("", false, dir, clock.clone());
+    assert_eq!(r.rec.calls(), vec![format!("thaw {cg}")]);
+    let st = r.step(&s);
+    let aside = st.state_quarantined.clone().expect("kept aside");
+    assert_eq!(std::fs::read_to_string(&aside).unwrap(), text);
+    assert!(st.state_durable, "a fresh state file is written beside it");
+    assert_eq!(state::load(&path).unwrap().unwrap().breakers.len(), 0);
+
+    // Not JSON at all: kept aside as it is, nothing to thaw.
+    std::fs::write(&path, "{not json").unwrap();
+    let Rig { dir, .. } = r;
+    clock.advance(S);
+    let r = rig_with("", false, dir, clock.clone());
+    assert!(r.rec.calls().is_empty());
+    let n = std::fs::read_dir(r.dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".corrupt-"))
+        .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t == "{not json"))
+        .count();
+    assert_eq!(n, 1);
 }

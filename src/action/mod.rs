@@ -4,6 +4,8 @@
 
 pub mod breaker;
 pub mod cgroup;
+pub mod decide;
+pub mod enforce;
 pub mod guard;
 pub mod notify;
 pub mod owner;
@@ -37,6 +39,10 @@ impl Outcome {
 }
 
 pub trait Actuator: Send + std::fmt::Debug {
+    /// False for a dry run: nothing it "freezes" is ours to record or thaw.
+    fn writes(&self) -> bool {
+        true
+    }
     fn freeze(&mut self, h: &CgroupHandle) -> Outcome;
     fn thaw(&mut self, h: &CgroupHandle) -> Outcome;
     fn kill(&mut self, h: &CgroupHandle) -> Outcome;
@@ -47,6 +53,9 @@ pub trait Actuator: Send + std::fmt::Debug {
 pub struct DryRun;
 
 impl Actuator for DryRun {
+    fn writes(&self) -> bool {
+        false
+    }
     fn freeze(&mut self, _: &CgroupHandle) -> Outcome {
         Outcome::DryRun
     }

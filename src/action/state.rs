@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ActedCgroup {
     /// Path relative to the freezer hierarchy.
     pub cgroup: String,
@@ -42,19 +42,81 @@ pub struct StateFile {
     pub version: u32,
     pub saved_at: f64,
     pub breakers: Vec<PersistedBreaker>,
+    /// Every cgroup the agent froze and has not thawed yet, written before each freeze: after a
+    /// crash, whatever is listed here and held by no breaker is thawed.
+    #[serde(default)]
+    pub frozen: Vec<ActedCgroup>,
 }
 
 pub const VERSION: u32 = 1;
 
+/// Unix seconds a persisted instant may take: 1970 to ~5138. Anything else was not written by
+/// us, and must not reach `Instant` arithmetic.
+const MAX_UNIX: f64 = 1e11;
+/// Longest hold a state file may carry: ten years (config caps every duration far below).
+const MAX_HOLD_SECONDS: f64 = 10.0 * 366.0 * 86400.0;
+
+fn check(field: &str, v: f64, lo: f64, hi: f64) -> Result<(), ParseError> {
+    if v.is_finite() && (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(ParseError::new(format!(
+            "{field} = {v} is outside {lo}..={hi}"
+        )))
+    }
+}
+
+impl StateFile {
+    /// Every number is range-checked before anything is computed from it.
+    fn validate(&self) -> Result<(), ParseError> {
+        if self.version != VERSION {
+            return Err(ParseError::new(format!(
+                "unsupported state version {}",
+                self.version
+            )));
+        }
+        check("saved_at", self.saved_at, 0.0, MAX_UNIX)?;
+        for (i, b) in self.breakers.iter().enumerate() {
+            let f = |name: &str| format!("breakers[{i}].{name}");
+            check(&f("since"), b.since, 0.0, MAX_UNIX)?;
+            if let Some(t) = b.hold_until {
+                check(&f("hold_until"), t, 0.0, MAX_UNIX)?;
+            }
+            if let Some(t) = b.probation_until {
+                check(&f("probation_until"), t, 0.0, MAX_UNIX)?;
+            }
+            check(&f("hold_seconds"), b.hold_seconds, 0.0, MAX_HOLD_SECONDS)?;
+            check(&f("value"), b.value, f64::MIN, f64::MAX)?;
+            check(&f("threshold"), b.threshold, f64::MIN, f64::MAX)?;
+        }
+        Ok(())
+    }
+}
+
 pub fn parse(text: &str) -> Result<StateFile, ParseError> {
     let s: StateFile = serde_json::from_str(text).map_err(|e| ParseError::new(e.to_string()))?;
-    if s.version != VERSION {
-        return Err(ParseError::new(format!(
-            "unsupported state version {}",
-            s.version
-        )));
-    }
+    s.validate()?;
     Ok(s)
+}
+
+/// The cgroups a state file says we froze, read leniently from a file that does not parse as a
+/// whole (out-of-range numbers, a newer version): enough to thaw them, nothing more.
+pub fn salvage_acted(text: &str) -> Vec<ActedCgroup> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Vec::new();
+    };
+    let lists = v
+        .get("breakers")
+        .and_then(|b| b.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b.get("acted"))
+        .chain(v.get("frozen"));
+    lists
+        .filter_map(|l| l.as_array())
+        .flatten()
+        .filter_map(|a| serde_json::from_value::<ActedCgroup>(a.clone()).ok())
+        .collect()
 }
 
 /// `Ok(None)` when there is no state file yet.
@@ -62,17 +124,38 @@ pub fn load(path: &Path) -> Result<Option<StateFile>, ReadError> {
     crate::fsio::parse_optional(path, parse)
 }
 
+/// Moves an unreadable state file aside (never overwritten by the next save) and returns where.
+pub fn quarantine(path: &Path, unix_now: u64) -> std::io::Result<PathBuf> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
+    let aside = path.with_file_name(format!("{name}.corrupt-{unix_now}"));
+    std::fs::rename(path, &aside)?;
+    Ok(aside)
+}
+
 /// Write to a temp file beside it, fsync, rename over, fsync the directory: a crash leaves the
-/// old or the new file, never half of one.
+/// old or the new file, never half of one. The temp file is created exclusively and without
+/// following symlinks, so a link planted at its name cannot redirect the write.
 pub fn save(path: &Path, state: &StateFile) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(
         ".{}.tmp",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("state")
     ));
+    // A temp file left by a crash (or anything planted there): unlink never follows a link.
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+            .open(&tmp)?;
         let body = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
         f.write_all(&body)?;
         f.sync_all()?;
@@ -181,6 +264,7 @@ mod tests {
                 }],
                 spared_pods: vec!["backend-7d9f8b6c4d-bbbbb".into()],
             }],
+            frozen: vec![],
         };
         save(&path, &s).unwrap();
         assert_eq!(load(&path).unwrap(), Some(s.clone()));
@@ -200,6 +284,52 @@ mod tests {
         );
         std::fs::write(&path, "{not json").unwrap();
         assert!(matches!(load(&path), Err(ReadError::Parse { .. })));
+    }
+
+    #[test]
+    fn a_link_planted_at_the_temp_name_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let path = dir.path().join("state.json");
+        std::os::unix::fs::symlink(&victim, dir.path().join(".state.json.tmp")).unwrap();
+        let s = StateFile {
+            version: VERSION,
+            ..Default::default()
+        };
+        save(&path, &s).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(load(&path).unwrap(), Some(s));
+        assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_refused_but_the_frozen_cgroups_are_salvaged() {
+        let good = r#"{"version":1,"saved_at":100.0,"breakers":[{"id":{"namespace":"n","owner":"o","container":"c"},"rule":"r","action":"freeze","state":"open","pod":"p","revision":"v","reason":"x","value":1.0,"threshold":0.5,"since":SINCE,"hold_until":UNTIL,"probation_until":null,"hold_seconds":HOLD,"trips":1,"acted":[{"cgroup":"/kubepods/x","inode":7}]}]}"#;
+        let make = |since: &str, until: &str, hold: &str| {
+            good.replace("SINCE", since)
+                .replace("UNTIL", until)
+                .replace("HOLD", hold)
+        };
+        assert!(parse(&make("50.0", "1000.0", "900.0")).is_ok());
+        for (since, until, hold, field) in [
+            ("50.0", "1e300", "900.0", "hold_until"),
+            ("-1e308", "1000.0", "900.0", "since"),
+            ("50.0", "1000.0", "1e300", "hold_seconds"),
+            ("50.0", "1000.0", "-1.0", "hold_seconds"),
+        ] {
+            let text = make(since, until, hold);
+            let e = parse(&text).unwrap_err();
+            assert!(e.0.contains(field), "{e}");
+            assert_eq!(
+                salvage_acted(&text),
+                vec![ActedCgroup {
+                    cgroup: "/kubepods/x".into(),
+                    inode: 7
+                }]
+            );
+        }
+        assert!(salvage_acted("{not json").is_empty());
     }
 
     #[test]

@@ -150,10 +150,44 @@ pub struct Samplers {
     pub conntrack: ConntrackSampler,
 }
 
+/// Bounds of the HTTP server: no number of peers, idle or slow, can hold more than
+/// `max_connections` descriptors, nor any of them for long.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http {
+    /// Connections served at once; beyond it a new connection is accepted and closed at once.
+    pub max_connections: usize,
+    /// A request head must be complete within this, counted from the accept or the end of the
+    /// previous response (hyper starts its timer as soon as it waits for a head).
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// A connection that receives no byte for this long (before or during a request) is closed.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// A response must be handed to the kernel within this from its first byte.
+    #[serde(with = "humantime_serde")]
+    pub write_timeout: Duration,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            max_connections: 64,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Upper bound of `http.max_connections`; the agent lowers it further to keep an fd reserve.
+pub const MAX_HTTP_CONNECTIONS: usize = 4096;
+
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub listen: SocketAddr,
+    pub http: Http,
     pub interval: Duration,
     /// Empty: taken from `$NODE_NAME` at start, else no `node` label.
     pub node_name: String,
@@ -166,6 +200,7 @@ pub struct Config {
 /// Top-level keys and how to read each; unknown keys are errors too.
 const SECTIONS: &[&str] = &[
     "listen",
+    "http",
     "interval",
     "node_name",
     "paths",
@@ -208,6 +243,7 @@ impl Config {
         }
         let listen: String =
             section(map, "listen", &mut errs).unwrap_or_else(|| "0.0.0.0:9913".into());
+        let http: Http = section(map, "http", &mut errs).unwrap_or_default();
         let interval: Option<HumanDuration> = section(map, "interval", &mut errs);
         let node_name: String = section(map, "node_name", &mut errs).unwrap_or_default();
         let paths: Paths = section(map, "paths", &mut errs).unwrap_or_default();
@@ -285,9 +321,11 @@ impl Config {
                 message: "must be greater than 0".into(),
             });
         }
+        check_http(&http, &mut errs);
         match (errs.is_empty(), listen) {
             (true, Some(listen)) => Ok(Config {
                 listen,
+                http,
                 interval,
                 node_name,
                 paths,
@@ -297,6 +335,41 @@ impl Config {
             }),
             _ => Err(ConfigErrors(errs)),
         }
+    }
+}
+
+fn check_http(h: &Http, errs: &mut Vec<FieldError>) {
+    if !(1..=MAX_HTTP_CONNECTIONS).contains(&h.max_connections) {
+        errs.push(FieldError {
+            path: "http.max_connections".into(),
+            message: format!(
+                "{} is outside 1..={MAX_HTTP_CONNECTIONS}",
+                h.max_connections
+            ),
+        });
+    }
+    let (lo, hi) = (Duration::from_millis(100), Duration::from_secs(600));
+    for (path, d) in [
+        ("http.header_read_timeout", h.header_read_timeout),
+        ("http.idle_timeout", h.idle_timeout),
+        ("http.write_timeout", h.write_timeout),
+    ] {
+        if d < lo || d > hi {
+            errs.push(FieldError {
+                path: path.into(),
+                message: format!("{d:?} is outside 100ms..10m"),
+            });
+        }
+    }
+    // Both timers start when the server waits for a request: a longer idle one never fires.
+    if h.idle_timeout > h.header_read_timeout {
+        errs.push(FieldError {
+            path: "http.idle_timeout".into(),
+            message: format!(
+                "{:?} exceeds http.header_read_timeout ({:?}), which would close an idle connection first",
+                h.idle_timeout, h.header_read_timeout
+            ),
+        });
     }
 }
 
@@ -357,7 +430,29 @@ mod tests {
         assert_eq!(c.paths, Paths::default());
         assert_eq!(c.discovery, Discovery::default());
         assert_eq!(c.samplers, Samplers::default());
+        assert_eq!(c.http, Http::default());
         assert_eq!(Config::from_yaml("").unwrap(), c);
+    }
+
+    #[test]
+    fn http_bounds_are_checked_with_their_paths() {
+        let text = "http:\n  max_connections: 0\n  header_read_timeout: 1ms\n  write_timeout: 2h\n  idle_timeout: 30s\n";
+        let errs = Config::from_yaml(text).unwrap_err().0;
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "http.max_connections",
+                "http.header_read_timeout",
+                "http.write_timeout",
+                "http.idle_timeout",
+            ],
+            "{errs:?}"
+        );
+        let ok = Config::from_yaml("http:\n  max_connections: 8\n  idle_timeout: 2s\n").unwrap();
+        assert_eq!(ok.http.max_connections, 8);
+        assert_eq!(ok.http.idle_timeout, Duration::from_secs(2));
+        assert_eq!(ok.http.header_read_timeout, Duration::from_secs(10));
     }
 
     #[test]

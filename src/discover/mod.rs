@@ -6,12 +6,17 @@ pub mod layout;
 pub mod names;
 
 use crate::error::ReadError;
+use crate::fsio::{self, escape_name, unescape_name, EntryKind};
 use crate::workload::WorkloadId;
 use kubelet::{KubeCgroup, QosClass};
 pub use layout::CgroupLayout;
 use names::{NameIndex, NameSource};
+use nix::fcntl::OFlag;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -84,6 +89,7 @@ pub struct Discovery {
     config: DiscoveryConfig,
     /// Sandbox verdicts by container id: a cgroup's role never changes, so ask /proc once.
     sandbox_cache: HashMap<String, bool>,
+    stats: DiscoveryStats,
 }
 
 impl Discovery {
@@ -99,15 +105,54 @@ impl Discovery {
             names,
             config,
             sandbox_cache: HashMap::new(),
+            stats: DiscoveryStats::default(),
+        }
+    }
+
+    /// What the last successful scan could not represent as is.
+    pub fn stats(&self) -> DiscoveryStats {
+        self.stats
+    }
+
+    /// One line when names start or stop needing escapes or cgroups start or stop being cut.
+    fn log_transitions(&self, now: DiscoveryStats) {
+        let was = self.stats;
+        let kinds = [
+            (
+                "non_utf8_cgroups",
+                was.non_utf8_cgroups,
+                now.non_utf8_cgroups,
+            ),
+            (
+                "non_utf8_log_names",
+                was.non_utf8_log_names,
+                now.non_utf8_log_names,
+            ),
+            ("skipped_cgroups", was.skipped_cgroups, now.skipped_cgroups),
+        ];
+        for (what, was, is) in kinds {
+            if was == 0 && is > 0 {
+                tracing::warn!(
+                    what,
+                    count = is,
+                    "discovery: names escaped or cgroups skipped"
+                );
+            } else if was > 0 && is == 0 {
+                tracing::info!(what, "discovery: no more names escaped or cgroups skipped");
+            }
         }
     }
 
     pub fn scan(&mut self) -> Result<Inventory, ReadError> {
         let index = self.names.load()?;
+        let mut stats = DiscoveryStats {
+            non_utf8_log_names: index.non_utf8_names,
+            ..DiscoveryStats::default()
+        };
         let mut dirs = Vec::new();
         for scope in &self.config.scopes {
             let rel = normalize(scope);
-            walk(&self.primary, &rel, &mut dirs)?;
+            walk(&self.primary, &rel, &mut dirs, &mut stats)?;
         }
         let mut inv = Inventory::default();
         let mut seen_ids = Vec::new();
@@ -155,6 +200,8 @@ impl Discovery {
             i += 1;
         }
         self.sandbox_cache.retain(|id, _| seen_ids.contains(id));
+        self.log_transitions(stats);
+        self.stats = stats;
         inv.workloads
             .sort_by(|a, b| a.id.cmp(&b.id).then(a.cgroup.cmp(&b.cgroup)));
         Ok(inv)
@@ -227,11 +274,12 @@ impl Discovery {
             return Ok(false);
         }
         let mut all_pause = true;
+        let mut comm = Vec::new();
         for pid in &pids {
-            let comm =
-                crate::fsio::read_optional(&self.proc_root.join(pid.to_string()).join("comm"))?;
-            if let Some(c) = comm {
-                all_pause &= c.trim_end() == "pause";
+            // Bytes: a workload sets its comm to anything (prctl), UTF-8 or not.
+            let path = self.proc_root.join(pid.to_string()).join("comm");
+            if fsio::read_into(&path, &mut comm)? {
+                all_pause &= comm.trim_ascii_end() == b"pause";
             }
         }
         self.sandbox_cache.insert(id.to_owned(), all_pause);
@@ -255,35 +303,102 @@ fn normalize(scope: &str) -> String {
     }
 }
 
-/// Depth-first, pre-order list of cgroup directories (relative paths). A vanished directory is
-/// churn and simply not listed.
-fn walk(root: &Path, rel: &str, out: &mut Vec<String>) -> Result<(), ReadError> {
-    let abs = join_rel(root, rel);
-    let rd = match std::fs::read_dir(&abs) {
-        Ok(rd) => rd,
-        Err(e) if crate::fsio::is_gone(&e) => return Ok(()),
-        Err(e) => return Err(ReadError::io(&abs, e)),
-    };
-    out.push(rel.to_owned());
-    let mut children: Vec<String> = Vec::new();
-    for entry in rd {
-        let Ok(entry) = entry else { continue };
-        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-            if let Some(name) = entry.file_name().to_str() {
-                children.push(name.to_owned());
-            }
+/// Deepest cgroup level walked below a scope, and longest relative path kept: a cgroup beyond
+/// either is left out (and counted), so the walk holds at most this many directory descriptors
+/// and no path handed to the readers and the actuator exceeds PATH_MAX.
+const MAX_DEPTH: usize = 64;
+const MAX_REL_LEN: usize = 3072;
+
+/// What the last walk could not represent as is, for `nodeguard_discovery_*` gauges.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DiscoveryStats {
+    /// Cgroup directories whose name is not UTF-8: listed under their escaped name (`\xNN`).
+    pub non_utf8_cgroups: usize,
+    /// Entries of the pod and container log dirs whose name is not UTF-8 (never kubelet's): not
+    /// used for names.
+    pub non_utf8_log_names: usize,
+    /// Cgroups not walked because they are deeper than 64 levels or their path is longer than
+    /// 3072 bytes (with their subtree).
+    pub skipped_cgroups: usize,
+}
+
+/// Depth-first, pre-order list of cgroup directories (relative paths, names escaped with
+/// [`crate::fsio::escape_name`], which [`join_rel`] undoes). A vanished directory is churn and
+/// simply not listed; a symlink is not a cgroup and is not followed.
+fn walk(
+    root: &Path,
+    rel: &str,
+    out: &mut Vec<String>,
+    stats: &mut DiscoveryStats,
+) -> Result<(), ReadError> {
+    let root_fd = fsio::open_dir(root).map_err(|e| ReadError::io(root, e))?;
+    let scope = rel.trim_start_matches('/');
+    if scope.is_empty() {
+        return walk_at(root, root_fd.as_fd(), rel.to_owned(), 0, out, stats);
+    }
+    let raw = unescape_name(scope);
+    match fsio::open_beneath(
+        root_fd.as_fd(),
+        Path::new(OsStr::from_bytes(&raw)),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+    ) {
+        Ok(fd) => walk_at(root, fd.as_fd(), rel.to_owned(), 0, out, stats),
+        Err(e) if is_gone_dir(&e) => Ok(()),
+        Err(e) => Err(ReadError::io(&join_rel(root, rel), e)),
+    }
+}
+
+fn walk_at(
+    root: &Path,
+    dir: BorrowedFd<'_>,
+    rel: String,
+    depth: usize,
+    out: &mut Vec<String>,
+    stats: &mut DiscoveryStats,
+) -> Result<(), ReadError> {
+    let mut children: Vec<Vec<u8>> = Vec::new();
+    match fsio::for_each_entry(dir, |name, kind, _| {
+        if kind == EntryKind::Dir {
+            children.push(name.to_vec());
+        }
+    }) {
+        Ok(()) => {}
+        Err(e) if is_gone_dir(&e) => return Ok(()),
+        Err(e) => return Err(ReadError::io(&join_rel(root, &rel), e)),
+    }
+    out.push(rel.clone());
+    children.sort();
+    for raw in children {
+        if std::str::from_utf8(&raw).is_err() {
+            stats.non_utf8_cgroups += 1;
+        }
+        let name = escape_name(&raw);
+        let child = if rel == "/" {
+            format!("/{name}")
+        } else {
+            format!("{rel}/{name}")
+        };
+        if depth + 1 > MAX_DEPTH || child.len() > MAX_REL_LEN {
+            stats.skipped_cgroups += 1;
+            continue;
+        }
+        let opened = fsio::open_beneath(
+            dir,
+            Path::new(OsStr::from_bytes(&raw)),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        );
+        match opened {
+            Ok(fd) => walk_at(root, fd.as_fd(), child, depth + 1, out, stats)?,
+            // Gone, or replaced by a symlink or a file since the listing.
+            Err(e) if is_gone_dir(&e) || fsio::is_refused_link(&e) => {}
+            Err(e) => return Err(ReadError::io(&join_rel(root, &child), e)),
         }
     }
-    children.sort();
-    for c in children {
-        let child = if rel == "/" {
-            format!("/{c}")
-        } else {
-            format!("{rel}/{c}")
-        };
-        walk(root, &child, out)?;
-    }
     Ok(())
+}
+
+fn is_gone_dir(e: &std::io::Error) -> bool {
+    fsio::is_gone(e) || e.raw_os_error() == Some(nix::libc::ENOTDIR)
 }
 
 /// Index one past the last descendant of `dirs[i]` in the pre-order listing.
@@ -300,13 +415,14 @@ fn subtree_end(dirs: &[String], i: usize) -> usize {
     j
 }
 
-/// `<hierarchy root><rel>`; `rel` is absolute within the hierarchy.
+/// `<hierarchy root><rel>`; `rel` is absolute within the hierarchy, with names escaped as the
+/// walk lists them: the path names the very directory listed, even one whose name is not UTF-8.
 pub fn join_rel(root: &Path, rel: &str) -> PathBuf {
     let t = rel.trim_start_matches('/');
     if t.is_empty() {
         root.to_path_buf()
     } else {
-        root.join(t)
+        root.join(OsStr::from_bytes(&unescape_name(t)))
     }
 }
 
@@ -353,5 +469,86 @@ mod tests {
         assert_eq!(normalize("ngtest-1/"), "/ngtest-1");
         assert_eq!(join_rel(Path::new("/r"), "/"), PathBuf::from("/r"));
         assert_eq!(join_rel(Path::new("/r"), "/a/b"), PathBuf::from("/r/a/b"));
+    }
+
+    #[test]
+    fn walk_keeps_non_utf8_names_visible_and_joinable() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let raw = root.join(OsStr::from_bytes(b"u\xffx.scope"));
+        // The text a non-UTF-8 name escapes to, as a real name beside it: must stay distinct.
+        let lookalike = root.join("u\\xffx.scope");
+        for d in [&raw, &lookalike] {
+            std::fs::create_dir_all(d.join("child")).unwrap();
+        }
+        std::fs::create_dir(root.join("system-systemd\\x2dfsck.slice")).unwrap();
+        std::os::unix::fs::symlink("/", root.join("escape")).unwrap();
+        let mut deep = root.join("deep");
+        for _ in 0..MAX_DEPTH + 3 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+
+        let mut out = Vec::new();
+        let mut stats = DiscoveryStats::default();
+        walk(root, "/", &mut out, &mut stats).unwrap();
+        assert!(
+            out.iter().all(|r| !r.starts_with("/escape")),
+            "symlink followed"
+        );
+        assert!(out.contains(&"/system-systemd\\x2dfsck.slice".to_owned()));
+        let esc = "/u\\xffx.scope";
+        let real = "/u\\\\xffx.scope";
+        assert!(out.contains(&esc.to_owned()) && out.contains(&format!("{esc}/child")));
+        assert!(out.contains(&real.to_owned()));
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+        assert_eq!(ino(&join_rel(root, esc)), ino(&raw));
+        assert_eq!(
+            ino(&join_rel(root, &format!("{esc}/child"))),
+            ino(&raw.join("child"))
+        );
+        assert_eq!(ino(&join_rel(root, real)), ino(&lookalike));
+        assert_eq!(stats.non_utf8_cgroups, 1);
+        // Levels 1..=64 below the root are walked: "/deep" and 63 "d" under it.
+        assert_eq!(
+            out.iter().filter(|r| r.starts_with("/deep")).count(),
+            MAX_DEPTH
+        );
+        assert_eq!(stats.skipped_cgroups, 1);
+    }
+
+    #[test]
+    fn walk_of_a_missing_scope_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut out = Vec::new();
+        let mut stats = DiscoveryStats::default();
+        walk(dir.path(), "/nope", &mut out, &mut stats).unwrap();
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_non_utf8_comm_does_not_fail_the_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let cg = dir.path().join("cgroup");
+        let pod = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod7e2b9c4d_1a6f_4d83_b5e0_9f8c3a2d1e47.slice";
+        let id = "339add00d50ed924573b14aeb9aa2283db84c63c88096484dc52098f414c42a8";
+        let ctr = cg.join(pod).join(format!("cri-containerd-{id}.scope"));
+        std::fs::create_dir_all(&ctr).unwrap();
+        std::fs::write(cg.join("cgroup.controllers"), "memory pids\n").unwrap();
+        std::fs::write(ctr.join("cgroup.procs"), "4242\n").unwrap();
+        let proc = dir.path().join("proc");
+        std::fs::create_dir_all(proc.join("4242")).unwrap();
+        std::fs::write(proc.join("4242/comm"), b"\xff\xfe\"bad\n").unwrap();
+        let layout = CgroupLayout::detect(&cg).unwrap();
+        let names = NameSource::new(dir.path().join("pods"), dir.path().join("containers"));
+        let config = DiscoveryConfig {
+            scopes: vec!["/".into()],
+            host_workloads: false,
+        };
+        let mut d = Discovery::new(&layout, proc, names, config);
+        let inv = d.scan().unwrap();
+        assert_eq!(inv.workloads.len(), 1);
+        assert_eq!(inv.sandboxes, 0);
     }
 }

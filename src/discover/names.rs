@@ -60,6 +60,9 @@ pub fn parse_container_link(name: &str) -> Option<(ContainerName, &str)> {
 pub struct NameIndex {
     pub pods: HashMap<String, PodName>,
     pub containers: HashMap<String, ContainerName>,
+    /// Entries of either directory whose name is not UTF-8: kubelet writes only DNS-1123 names,
+    /// so they name nothing, but they are counted rather than ignored silently.
+    pub non_utf8_names: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -78,12 +81,13 @@ impl NameSource {
 
     pub fn load(&self) -> Result<NameIndex, ReadError> {
         let mut index = NameIndex::default();
-        for name in list_dir(&self.pod_logs)? {
+        for name in list_dir(&self.pod_logs, &mut index.non_utf8_names)? {
             if let Some((pod, uid)) = parse_pod_dir(&name) {
                 index.pods.insert(uid.to_owned(), pod);
             }
         }
-        for name in list_dir(&self.container_logs)? {
+        // Only the link names are read: a link is never followed, wherever it points.
+        for name in list_dir(&self.container_logs, &mut index.non_utf8_names)? {
             if let Some((c, id)) = parse_container_link(&name) {
                 index.containers.insert(id.to_owned(), c);
             }
@@ -93,7 +97,7 @@ impl NameSource {
 }
 
 /// Entry names of a directory; a missing directory is empty (a host without Kubernetes).
-fn list_dir(dir: &Path) -> Result<Vec<String>, ReadError> {
+fn list_dir(dir: &Path, non_utf8: &mut usize) -> Result<Vec<String>, ReadError> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if crate::fsio::is_gone(&e) => return Ok(Vec::new()),
@@ -102,8 +106,9 @@ fn list_dir(dir: &Path) -> Result<Vec<String>, ReadError> {
     let mut out = Vec::new();
     for entry in rd {
         let entry = entry.map_err(|e| ReadError::io(dir, e))?;
-        if let Some(name) = entry.file_name().to_str() {
-            out.push(name.to_owned());
+        match entry.file_name().into_string() {
+            Ok(name) => out.push(name),
+            Err(_) => *non_utf8 += 1,
         }
     }
     Ok(out)
@@ -150,5 +155,25 @@ mod tests {
         let src = NameSource::new("/nonexistent/a".into(), "/nonexistent/b".into());
         let idx = src.load().unwrap();
         assert!(idx.pods.is_empty() && idx.containers.is_empty());
+    }
+
+    #[test]
+    fn non_utf8_entries_are_counted_not_dropped_silently() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let pods = dir.path().join("pods");
+        let links = dir.path().join("containers");
+        std::fs::create_dir_all(pods.join("ns_p_uid-1")).unwrap();
+        std::fs::create_dir_all(pods.join(std::ffi::OsStr::from_bytes(b"ns_\xff_uid-2"))).unwrap();
+        std::fs::create_dir_all(&links).unwrap();
+        std::os::unix::fs::symlink(
+            "/etc/shadow",
+            links.join(std::ffi::OsStr::from_bytes(b"p_ns_c\xfe-abc.log")),
+        )
+        .unwrap();
+        let idx = NameSource::new(pods, links).load().unwrap();
+        assert_eq!(idx.pods.len(), 1);
+        assert!(idx.containers.is_empty());
+        assert_eq!(idx.non_utf8_names, 2);
     }
 }

@@ -1,13 +1,14 @@
 //! Prometheus exposition of the last snapshot through a prometheus-client `Collector`: series
 //! exist only for what the snapshot holds, so vanished containers disappear with their cgroups.
 
-use crate::snapshot::{Snapshot, WorkloadSignals};
+use crate::snapshot::{Kind, Snapshot, WorkloadSignals};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 use std::fmt::Error;
 use std::sync::{Arc, RwLock};
 
@@ -36,7 +37,7 @@ struct SnapshotCollector {
     shared: SharedSnapshot,
 }
 
-type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 
 fn container_labels(snap: &Snapshot, w: &WorkloadSignals) -> Labels {
     let mut l = vec![
@@ -55,8 +56,9 @@ fn with(mut l: Labels, k: &'static str, v: impl Into<String>) -> Labels {
     l
 }
 
-/// One metric family: a descriptor, then one sample per label set.
-fn family<V>(
+/// One metric family: a descriptor, then one sample per label set. Label values go through the
+/// encoder, which escapes them: comm, cgroup and pod names are the workload's to choose.
+pub(crate) fn family<V>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -88,6 +90,16 @@ where
         MetricType::Counter => ConstCounter::new(v).encode(m),
         _ => ConstGauge::new(v).encode(m),
     }
+}
+
+/// Zombies by parent comm: a parent pid changes with every restart and would make a new series
+/// each time (and two parents of one name a duplicate); the pids are in `/api/state`.
+fn zombies_by_parent_comm(w: &WorkloadSignals) -> BTreeMap<&str, u64> {
+    let mut by = BTreeMap::new();
+    for p in &w.zombie_parents {
+        *by.entry(p.comm.as_str()).or_default() += p.zombies;
+    }
+    by
 }
 
 impl Collector for SnapshotCollector {
@@ -152,19 +164,12 @@ impl Collector for SnapshotCollector {
         family(
             &mut enc,
             "container_zombie_parent_zombies",
-            "Zombies held by one parent that does not reap them.",
+            "Zombies held by the workload's non-reaping parents of this comm.",
             Gauge,
             ws.iter().flat_map(|w| {
-                w.zombie_parents.iter().map(move |p| {
-                    (
-                        with(
-                            with(l(w), "parent_pid", p.pid.to_string()),
-                            "parent_comm",
-                            p.comm.clone(),
-                        ),
-                        p.zombies,
-                    )
-                })
+                zombies_by_parent_comm(w)
+                    .into_iter()
+                    .map(move |(comm, n)| (with(l(w), "parent_comm", comm), n))
             }),
         )?;
         family(
@@ -203,7 +208,7 @@ impl Collector for SnapshotCollector {
             "Container restarts seen from new container ids and kubelet log numbers.",
             Counter,
             ws.iter()
-                .filter(|w| w.kind == "container")
+                .filter(|w| w.kind == Kind::Container)
                 .map(|w| (l(w), w.restarts_total)),
         )?;
         family(
@@ -463,12 +468,89 @@ impl Collector for SnapshotCollector {
         )?;
         family(
             &mut enc,
+            "guard_state_durable",
+            "1 while the last write of the breaker state file succeeded; no new hold is applied at 0.",
+            Gauge,
+            s.guard
+                .iter()
+                .map(|g| (node.clone(), u64::from(g.state_durable))),
+        )?;
+        family(
+            &mut enc,
+            "guard_state_write_failures",
+            "Writes of the breaker state file that failed.",
+            Counter,
+            s.guard
+                .iter()
+                .map(|g| (node.clone(), g.state_write_failures_total)),
+        )?;
+        family(
+            &mut enc,
+            "guard_state_quarantined",
+            "1 when the state file found at start was unreadable and was kept aside.",
+            Gauge,
+            s.guard
+                .iter()
+                .map(|g| (node.clone(), u64::from(g.state_quarantined.is_some()))),
+        )?;
+        family(
+            &mut enc,
+            "guard_thaws_pending",
+            "Cgroups the agent froze whose thaw failed; retried every tick.",
+            Gauge,
+            s.guard
+                .iter()
+                .map(|g| (node.clone(), g.thaws_pending as u64)),
+        )?;
+        let inp = &s.inputs;
+        family(
+            &mut enc,
+            "log_files_open",
+            "Log files the tailer holds open.",
+            Gauge,
+            inp.log_files_open.map(|n| (node.clone(), n as u64)),
+        )?;
+        family(
+            &mut enc,
+            "log_files_skipped",
+            "Entries of the pod log tree the last pass did not open, by reason.",
+            Gauge,
+            [
+                ("symlink", inp.log_files_skipped_symlink),
+                ("not_regular", inp.log_files_skipped_not_regular),
+                ("cap", inp.log_files_skipped_cap),
+            ]
+            .into_iter()
+            .filter(|_| inp.log_files_open.is_some())
+            .map(|(r, n)| (with(node.clone(), "reason", r), n as u64)),
+        )?;
+        family(
+            &mut enc,
+            "discovery_non_utf8_names",
+            "Names that are not UTF-8 in the last scan (kept under an escaped name).",
+            Gauge,
+            [
+                ("cgroup", inp.non_utf8_cgroups),
+                ("logs", inp.non_utf8_log_names),
+            ]
+            .into_iter()
+            .map(|(t, n)| (with(node.clone(), "tree", t), n as u64)),
+        )?;
+        family(
+            &mut enc,
+            "discovery_skipped_cgroups",
+            "Cgroups not walked: too deep or a path too long.",
+            Gauge,
+            std::iter::once((node.clone(), inp.skipped_cgroups as u64)),
+        )?;
+        family(
+            &mut enc,
             "workloads",
             "Workloads discovered, by kind.",
             Gauge,
-            ["container", "unit"].iter().map(|k| {
+            Kind::ALL.iter().map(|k| {
                 (
-                    with(node.clone(), "kind", *k),
+                    with(node.clone(), "kind", k.as_str()),
                     ws.iter()
                         .filter(|w| w.kind == *k && w.cgroup.is_some())
                         .count() as u64,
@@ -566,3 +648,7 @@ impl Collector for SnapshotCollector {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "metrics_tests.rs"]
+mod tests;

@@ -1,4 +1,5 @@
 //! Export: the Prometheus registry over the last snapshot, and the HTTP server.
 
+pub mod limits;
 pub mod metrics;
 pub mod server;

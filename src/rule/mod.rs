@@ -6,11 +6,10 @@ pub mod restart_loop;
 pub mod signal;
 
 use crate::snapshot::Snapshot;
-use crate::workload::WorkloadId;
 use hold::{HoldSpec, HoldTimer, Transition};
 use restart_loop::{RestartLoop, RestartLoopSpec};
 use serde::{Deserialize, Serialize};
-use signal::{observe, Scope, SignalKind};
+use signal::{observe, Scope, SignalKind, Target};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -73,8 +72,8 @@ impl Rule {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Firing {
     pub rule: usize,
-    /// The workload (or pod, `container = ""`) to act on.
-    pub target: WorkloadId,
+    /// The workload or pod to act on (a node rule's top contributor).
+    pub target: Target,
     /// The value that held (for node rules, the node value).
     pub value: f64,
     pub threshold: f64,
@@ -86,16 +85,16 @@ pub struct Firing {
 #[derive(Debug, Default)]
 pub struct Evaluation {
     pub firing: Vec<Firing>,
-    pub cleared: Vec<(usize, WorkloadId)>,
+    pub cleared: Vec<(usize, Target)>,
     /// (rule, key, pending duration) for every key above its threshold, firing or not.
-    pub pending: Vec<(usize, WorkloadId, Duration)>,
+    pub pending: Vec<(usize, Target, Duration)>,
 }
 
 #[derive(Debug)]
 pub struct RuleEngine {
     rules: Vec<Rule>,
-    timers: Vec<HashMap<WorkloadId, HoldTimer>>,
-    loops: Vec<HashMap<WorkloadId, RestartLoop>>,
+    timers: Vec<HashMap<Target, HoldTimer>>,
+    loops: Vec<HashMap<Target, RestartLoop>>,
 }
 
 impl RuleEngine {
@@ -114,7 +113,7 @@ impl RuleEngine {
 
     /// Forgets the progress of a rule's targets, so they must hold for the full duration again
     /// (half-open after a hold).
-    pub fn reset_matching(&mut self, rule: usize, mut matches: impl FnMut(&WorkloadId) -> bool) {
+    pub fn reset_matching(&mut self, rule: usize, mut matches: impl FnMut(&Target) -> bool) {
         if let Some(t) = self.timers.get_mut(rule) {
             t.retain(|k, _| !matches(k));
         }

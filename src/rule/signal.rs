@@ -48,12 +48,52 @@ impl SignalKind {
     }
 }
 
+/// What a rule watches and acts on. Typed, so no workload name can stand for the node or a pod
+/// (a host cgroup named `node` is a workload like any other).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    Workload(WorkloadId),
+    /// Every container of the pod.
+    Pod {
+        namespace: String,
+        pod: String,
+    },
+    /// The node as a whole; acted on through its top contributor.
+    Node,
+}
+
+impl Target {
+    pub fn pod(namespace: &str, pod: &str) -> Target {
+        Target::Pod {
+            namespace: namespace.to_owned(),
+            pod: pod.to_owned(),
+        }
+    }
+
+    /// `(namespace, pod, container)` labels: a pod has no container, the node is `"node"`.
+    pub fn labels(&self) -> (&str, &str, &str) {
+        match self {
+            Target::Workload(id) => (&id.namespace, &id.pod, &id.container),
+            Target::Pod { namespace, pod } => (namespace, pod, ""),
+            Target::Node => ("", "", "node"),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Workload(id) => write!(f, "{id}"),
+            Target::Pod { namespace, pod } => write!(f, "{namespace}/{pod}"),
+            Target::Node => f.write_str("(node)"),
+        }
+    }
+}
+
 /// One observed value: the target it belongs to and whether it is the last good value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observation {
-    /// Container id for container signals; `container = ""` for pod signals; all empty but
-    /// `container = "node"` for node signals.
-    pub key: WorkloadId,
+    pub key: Target,
     pub value: f64,
     pub stale: bool,
 }
@@ -90,7 +130,7 @@ pub fn observe(snap: &Snapshot, kind: SignalKind) -> Vec<Observation> {
             .filter_map(|w| {
                 let (value, stale) = container(w, kind)?;
                 Some(Observation {
-                    key: w.id.clone(),
+                    key: Target::Workload(w.id.clone()),
                     value,
                     stale,
                 })
@@ -103,7 +143,7 @@ pub fn observe(snap: &Snapshot, kind: SignalKind) -> Vec<Observation> {
                 // The larger of the pod's own table and its share of the node's.
                 let v = p.netns_conntrack_entries.max(p.host_conntrack_entries)?;
                 Some(Observation {
-                    key: WorkloadId::container(&p.namespace, &p.pod, ""),
+                    key: Target::pod(&p.namespace, &p.pod),
                     value: v as f64,
                     stale: false,
                 })
@@ -124,7 +164,7 @@ pub fn observe(snap: &Snapshot, kind: SignalKind) -> Vec<Observation> {
                 _ => None,
             };
             v.map(|value| Observation {
-                key: node_key(),
+                key: Target::Node,
                 value,
                 stale: false,
             })
@@ -134,21 +174,61 @@ pub fn observe(snap: &Snapshot, kind: SignalKind) -> Vec<Observation> {
     }
 }
 
-pub fn node_key() -> WorkloadId {
-    WorkloadId::container("", "", "node")
+/// The workloads a target stands for: itself for a container, every container of a pod, none
+/// for the node (a node rule names its top contributor instead).
+pub fn targets(snap: &Snapshot, key: &Target) -> Vec<WorkloadId> {
+    match key {
+        Target::Workload(id) => vec![id.clone()],
+        Target::Pod { namespace, pod } => snap
+            .workloads
+            .iter()
+            .filter(|w| w.id.namespace == *namespace && w.id.pod == *pod && w.cgroup.is_some())
+            .map(|w| w.id.clone())
+            .collect(),
+        Target::Node => Vec::new(),
+    }
 }
 
-/// The workloads a key stands for: itself for a container, every container of a pod.
-pub fn targets(snap: &Snapshot, key: &WorkloadId) -> Vec<WorkloadId> {
-    if key.container.is_empty() {
-        snap.workloads
-            .iter()
-            .filter(|w| {
-                w.id.namespace == key.namespace && w.id.pod == key.pod && w.cgroup.is_some()
-            })
-            .map(|w| w.id.clone())
-            .collect()
-    } else {
-        vec![key.clone()]
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{Held, Kind};
+
+    #[test]
+    fn a_unit_named_node_is_a_workload_not_the_node() {
+        let unit = WorkloadSignals {
+            id: WorkloadId::unit("node"),
+            kind: Kind::Unit,
+            qos: None,
+            pod_uid: None,
+            container_id: Some("/node".into()),
+            cgroup: Some("/node".into()),
+            memory: None,
+            oom_kills_total: 0,
+            processes: None,
+            zombies: Some(Held {
+                value: 3,
+                stale: false,
+            }),
+            zombie_parents: vec![],
+            log_lines_total: Default::default(),
+            log_lines_per_minute: Default::default(),
+            restarts_total: 0,
+            sockets: None,
+        };
+        let snap = Snapshot {
+            workloads: vec![unit],
+            ..Snapshot::default()
+        };
+        let node = observe(&snap, SignalKind::NodeZombies);
+        let per_unit = observe(&snap, SignalKind::Zombies);
+        assert_eq!(node[0].key, Target::Node);
+        assert_eq!(per_unit[0].key, Target::Workload(WorkloadId::unit("node")));
+        assert_ne!(node[0].key, per_unit[0].key);
+        assert!(targets(&snap, &Target::Node).is_empty());
+        assert_eq!(
+            targets(&snap, &per_unit[0].key),
+            vec![WorkloadId::unit("node")]
+        );
     }
 }

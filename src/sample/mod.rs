@@ -86,6 +86,21 @@ impl Samplers {
         }
     }
 
+    /// What discovery and the log tailer skipped or hold after their last pass.
+    pub fn input_stats(&self) -> crate::snapshot::InputStats {
+        let d = self.discovery.stats();
+        let l = self.logs.as_ref().map(|t| t.stats());
+        crate::snapshot::InputStats {
+            non_utf8_cgroups: d.non_utf8_cgroups,
+            non_utf8_log_names: d.non_utf8_log_names,
+            skipped_cgroups: d.skipped_cgroups,
+            log_files_open: l.map(|l| l.open_files),
+            log_files_skipped_symlink: l.map_or(0, |l| l.skipped_symlink),
+            log_files_skipped_not_regular: l.map_or(0, |l| l.skipped_not_regular),
+            log_files_skipped_cap: l.map_or(0, |l| l.skipped_cap),
+        }
+    }
+
     pub fn sample(&mut self) -> TickSample {
         let clock = self.clock.clone();
         let t = clock.now();

@@ -10,7 +10,7 @@ use crate::sample::logs::{ContainerLogSample, LineCounts};
 use crate::sample::memory::MemorySample;
 use crate::sample::procs::ProcSummary;
 use crate::sample::TickSample;
-use crate::snapshot::{Held, MemoryValues, PodSignals, SocketCounts, WorkloadSignals};
+use crate::snapshot::{Held, Kind, MemoryValues, PodSignals, SocketCounts, WorkloadSignals};
 use crate::workload::WorkloadId;
 use rate::RateWindow;
 use restarts::RestartTracker;
@@ -206,14 +206,14 @@ impl Tracker {
                     container_id,
                     qos,
                 }) => (
-                    "container",
+                    Kind::Container,
                     Some(*qos),
                     Some(pod_uid.clone()),
                     Some(container_id.clone()),
                 ),
-                Some(WorkloadKind::Unit) => ("unit", None, None, w.map(|w| w.cgroup.clone())),
+                Some(WorkloadKind::Unit) => (Kind::Unit, None, None, w.map(|w| w.cgroup.clone())),
                 None => (
-                    "container",
+                    Kind::Container,
                     None,
                     logs.get(id).map(|l| l.pod_uid.clone()),
                     None,

@@ -1,0 +1,1071 @@
+//! Decide: each tick, rules are evaluated on the snapshot; a rule that holds trips a breaker on
+//! exactly the offending workload, paced node-wide, announced once; breakers are enforced on new
+//! instances, released after their hold (half-open), reset by a new revision, persisted.
+//!
+//! Pure: no file, cgroup or socket is touched here. Every effect is a [`Command`] for the
+//! enforcer, whose outcomes come back as [`Report`]s through [`Decider::settle`].
+
+use super::breaker::{next_hold, Breaker, BreakerId, BreakerState};
+use super::notify::Event;
+use super::owner::owner_of;
+use super::state::{self, ActedCgroup, PersistedBreaker, ReleaseRequest, StateFile};
+use super::throttle::Throttle;
+use super::Outcome;
+use crate::config::guard::GuardConfig;
+use crate::rule::signal::Target;
+use crate::rule::{ActionKind, Condition, Evaluation, Firing, RuleEngine};
+use crate::snapshot::{BreakerView, GuardStatus, Kind, PendingView, Snapshot, WorkloadSignals};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub type Key = (BreakerId, usize);
+/// A rule holding on a target: its cgroups are pinned (inode recorded) when the hold starts.
+pub type Pin = (usize, Target);
+
+/// One effect, applied by the enforcer in the order given.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Record the inodes of these cgroups now, so that the action later hits these and not a
+    /// cgroup recreated at the same path. Answered by [`Report::Pinned`].
+    Pin {
+        pin: Pin,
+        rels: Vec<String>,
+    },
+    /// The rule stopped holding on the target, or acted: the pinned cgroups are let go.
+    Unpin(Pin),
+    /// Write the state file. Every `Hold` after a `Persist` that failed is refused.
+    Persist(StateFile),
+    /// A new hold: freeze or kill the cgroup at `rel` (`ino`: the inode it must still have).
+    Hold {
+        ticket: Ticket,
+        action: ActionKind,
+        rel: String,
+        ino: Option<u64>,
+        /// The instance (container id) held, echoed in the report.
+        instance: String,
+    },
+    /// Undo one of our holds: always for real, whatever the mode.
+    Undo(ActedCgroup),
+    Notify(Event),
+}
+
+/// What a `Hold` was for, so its outcome can be settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ticket {
+    /// A breaker tripping now.
+    Trip(Key),
+    /// A new instance of a workload a breaker already holds.
+    NewInstance(Key),
+    /// A persisted hold re-applied after a restart.
+    Restored(Key),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Report {
+    Pinned {
+        pin: Pin,
+        cgroups: Vec<ActedCgroup>,
+    },
+    Held {
+        ticket: Ticket,
+        outcome: Outcome,
+        /// The cgroup, when it could be opened.
+        cgroup: Option<ActedCgroup>,
+        instance: String,
+    },
+}
+
+/// A breaker whose holds are in flight: settled once their outcomes are back.
+#[derive(Debug)]
+struct Trip {
+    target: Target,
+    held_for: Duration,
+    outcomes: Vec<Outcome>,
+}
+
+pub struct Decider {
+    cfg: GuardConfig,
+    engine: RuleEngine,
+    breakers: BTreeMap<Key, Breaker>,
+    throttle: Throttle,
+    protected_namespaces: Vec<String>,
+    node: String,
+    /// Cgroups pinned when a rule's hold started on a target, used when it trips.
+    pins: HashMap<Pin, Vec<ActedCgroup>>,
+    trips: BTreeMap<Key, Trip>,
+    actions: BTreeMap<(String, &'static str, &'static str), u64>,
+    /// (rule, target) already logged as protected or deferred: logged once, not per tick.
+    quiet: HashSet<(usize, Target, &'static str)>,
+    /// Revisions replaced by a newer one, per identity, while they still run.
+    superseded: HashMap<BreakerId, HashSet<String>>,
+    pending: Vec<(usize, Target, Duration)>,
+}
+
+/// `now + d`, saturating far in the future instead of overflowing (config bounds every duration;
+/// this keeps arithmetic on a hold total even so).
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86400)))
+        .unwrap_or(now)
+}
+
+fn unix(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// The wall-clock time of `at`, given that `now` is `wall`.
+fn wall_of(now: Instant, wall: SystemTime, at: Instant) -> f64 {
+    let t = if at >= now {
+        wall.checked_add(at - now)
+    } else {
+        wall.checked_sub(now - at)
+    };
+    t.map(unix).unwrap_or(0.0)
+}
+
+/// Simple `*`/`?` glob; protection lists are short and patterns trivial.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    fn m(p: &[u8], t: &[u8]) -> bool {
+        match (p.first(), t.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => m(&p[1..], t) || (!t.is_empty() && m(p, &t[1..])),
+            (Some(b'?'), Some(_)) => m(&p[1..], &t[1..]),
+            (Some(a), Some(b)) if a == b => m(&p[1..], &t[1..]),
+            _ => false,
+        }
+    }
+    m(pattern.as_bytes(), text.as_bytes())
+}
+
+/// A workload's breaker identity and revision.
+pub fn identity(w: &WorkloadSignals) -> (BreakerId, String) {
+    if w.kind == Kind::Unit {
+        return (
+            BreakerId {
+                namespace: String::new(),
+                owner: w.id.container.clone(),
+                container: w.id.container.clone(),
+            },
+            String::new(),
+        );
+    }
+    let o = owner_of(&w.id.pod, w.pod_uid.as_deref().unwrap_or(""));
+    (
+        BreakerId {
+            namespace: w.id.namespace.clone(),
+            owner: o.name,
+            container: w.id.container.clone(),
+        },
+        o.revision,
+    )
+}
+
+/// A rule target that belongs to what a breaker holds (its owner, one container or all).
+fn covers(id: &BreakerId, k: &Target) -> bool {
+    match k {
+        Target::Workload(w) => {
+            w.namespace == id.namespace
+                && owner_of(&w.pod, "").name == id.owner
+                && (id.container.is_empty() || w.container == id.container)
+        }
+        Target::Pod { namespace, pod } => {
+            *namespace == id.namespace
+                && owner_of(pod, "").name == id.owner
+                && id.container.is_empty()
+        }
+        Target::Node => false,
+    }
+}
+
+fn matches_id(id: &BreakerId, w: &WorkloadSignals) -> bool {
+    let (wid, _) = identity(w);
+    wid.namespace == id.namespace
+        && wid.owner == id.owner
+        && (id.container.is_empty() || wid.container == id.container)
+}
+
+/// The workloads a breaker holds now: its identity, minus replicas it spared.
+fn held_by<'a>(b: &Breaker, snap: &'a Snapshot) -> Vec<&'a WorkloadSignals> {
+    snap.workloads
+        .iter()
+        .filter(|w| {
+            w.cgroup.is_some() && matches_id(&b.id, w) && !b.spared_pods.contains(&w.id.pod)
+        })
+        .collect()
+}
+
+impl Decider {
+    /// `protected_namespaces` already holds the agent's own namespace, if it runs in one.
+    pub fn new(cfg: GuardConfig, node: String, protected_namespaces: Vec<String>) -> Decider {
+        Decider {
+            engine: RuleEngine::new(cfg.rules.clone()),
+            throttle: Throttle::new(cfg.cooldown, cfg.max_actions_per_10m),
+            cfg,
+            breakers: BTreeMap::new(),
+            protected_namespaces,
+            node,
+            pins: HashMap::new(),
+            trips: BTreeMap::new(),
+            actions: BTreeMap::new(),
+            quiet: HashSet::new(),
+            superseded: HashMap::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Why a workload must not be acted on, if it must not.
+    fn protected(&self, w: &WorkloadSignals) -> Option<&'static str> {
+        if w.kind == Kind::Unit {
+            if !self.cfg.host_units.contains(&w.id.container) {
+                return Some("outside kubepods and not listed in guard.host_units");
+            }
+            return None;
+        }
+        if self.protected_namespaces.contains(&w.id.namespace) {
+            return Some("protected namespace");
+        }
+        let full = format!("{}/{}/{}", w.id.namespace, w.id.pod, w.id.container);
+        if self.cfg.protect.workloads.iter().any(|g| glob(g, &full)) {
+            return Some("protected by guard.protect.workloads");
+        }
+        None
+    }
+
+    fn event(&self, b: &Breaker, transition: &'static str, outcome: &str, held: Duration) -> Event {
+        Event {
+            transition,
+            namespace: b.id.namespace.clone(),
+            pod: b.pod.clone(),
+            container: b.id.container.clone(),
+            owner: b.id.owner.clone(),
+            rule: self.cfg.rules[b.rule].name.clone(),
+            value: b.value,
+            threshold: b.threshold,
+            held_for_seconds: held.as_secs_f64(),
+            action: b.action.as_str(),
+            outcome: outcome.to_owned(),
+            hold_seconds: b.hold_until.map(|_| b.hold.as_secs_f64()),
+            dry_run: self.cfg.dry_run,
+            node: self.node.clone(),
+            reason: b.reason.clone(),
+        }
+    }
+
+    fn count(&mut self, rule: usize, action: &'static str, outcome: &'static str) {
+        *self
+            .actions
+            .entry((self.cfg.rules[rule].name.clone(), action, outcome))
+            .or_default() += 1;
+    }
+
+    /// One tick's decisions. Commands come in the order they must be applied: undos and
+    /// notifications, then the state (write-ahead), then the new holds.
+    pub fn decide(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        snap: &Snapshot,
+        releases: &[ReleaseRequest],
+    ) -> Vec<Command> {
+        let mut out = Vec::new();
+        let mut holds = Vec::new();
+        self.throttle.begin_tick();
+        let mut changed = self.releases(releases, &mut out);
+        // Expiring holds reset their rule's progress first, so a half-open workload must hold
+        // the full `for` again before it trips again.
+        changed |= self.maintain(now, snap, &mut out, &mut holds);
+        self.superseded.retain(|id, revs| {
+            revs.retain(|r| {
+                snap.workloads
+                    .iter()
+                    .any(|w| matches_id(id, w) && identity(w).1 == *r)
+            });
+            !revs.is_empty()
+        });
+        let ev = self.engine.evaluate(now, snap);
+        self.track_pending(snap, &ev, &mut out);
+        changed |= self.trip(now, snap, &ev, &mut out, &mut holds);
+        self.pending = ev.pending;
+        if changed || !holds.is_empty() {
+            out.push(Command::Persist(self.state(now, wall)));
+        }
+        out.extend(holds);
+        out
+    }
+
+    /// Pins the targets' cgroups when a hold starts, so the action later hits the same ones.
+    fn track_pending(&mut self, snap: &Snapshot, ev: &Evaluation, out: &mut Vec<Command>) {
+        let live: HashSet<Pin> = ev.pending.iter().map(|(r, k, _)| (*r, k.clone())).collect();
+        let gone: Vec<Pin> = self
+            .pins
+            .keys()
+            .filter(|k| !live.contains(*k))
+            .cloned()
+            .collect();
+        for pin in gone {
+            self.pins.remove(&pin);
+            out.push(Command::Unpin(pin));
+        }
+        for pin in live {
+            if pin.1 == Target::Node || self.pins.contains_key(&pin) {
+                continue;
+            }
+            let rels: Vec<String> = crate::rule::signal::targets(snap, &pin.1)
+                .iter()
+                .filter_map(|id| snap.workloads.iter().find(|w| w.id == *id)?.cgroup.clone())
+                .collect();
+            // Filled in by the enforcer's report; an empty entry stops a second pin.
+            self.pins.insert(pin.clone(), Vec::new());
+            out.push(Command::Pin { pin, rels });
+        }
+    }
+
+    /// Hold expiry, probation end, new revisions, and enforcement on new instances.
+    fn maintain(
+        &mut self,
+        now: Instant,
+        snap: &Snapshot,
+        out: &mut Vec<Command>,
+        holds: &mut Vec<Command>,
+    ) -> bool {
+        let mut changed = false;
+        let keys: Vec<Key> = self.breakers.keys().cloned().collect();
+        for key in keys {
+            let Some(mut b) = self.breakers.remove(&key) else {
+                continue;
+            };
+            let current = held_by(&b, snap);
+            // The owner deployed something new: the breaker has done its job.
+            if current.iter().any(|w| identity(w).1 != b.revision) {
+                self.superseded
+                    .entry(b.id.clone())
+                    .or_default()
+                    .insert(b.revision.clone());
+                undo_all(&mut b, out);
+                out.push(Command::Notify(self.event(
+                    &b,
+                    "reset_new_revision",
+                    "thawed",
+                    Duration::ZERO,
+                )));
+                changed = true;
+                continue;
+            }
+            match b.state {
+                BreakerState::Open if b.hold_until.is_some_and(|t| now >= t) => {
+                    undo_all(&mut b, out);
+                    b.state = BreakerState::HalfOpen;
+                    b.probation_until = Some(later(now, self.cfg.probation));
+                    let id = b.id.clone();
+                    self.engine.reset_matching(b.rule, |k| covers(&id, k));
+                    let e = self.event(&b, "half_open", "thawed", Duration::ZERO);
+                    out.push(Command::Notify(e));
+                    changed = true;
+                }
+                BreakerState::HalfOpen if b.probation_until.is_some_and(|t| now >= t) => {
+                    let e = self.event(&b, "closed", "probation passed", Duration::ZERO);
+                    out.push(Command::Notify(e));
+                    changed = true;
+                    continue;
+                }
+                BreakerState::Open if b.action != ActionKind::Report => {
+                    // A restarted instance of a held workload is held too.
+                    for w in current {
+                        let inst = w.container_id.clone().unwrap_or_default();
+                        let held = b
+                            .acted
+                            .iter()
+                            .any(|h| Some(h.cgroup.as_str()) == w.cgroup.as_deref());
+                        if held || b.enforced.contains(&inst) {
+                            continue;
+                        }
+                        b.enforced.insert(inst.clone());
+                        b.pod = w.id.pod.clone();
+                        if let Some(rel) = w.cgroup.clone() {
+                            holds.push(Command::Hold {
+                                ticket: Ticket::NewInstance(key.clone()),
+                                action: ActionKind::Freeze,
+                                rel,
+                                ino: None,
+                                instance: inst,
+                            });
+                        }
+                    }
+                }
+                _ => {}
+            }
+            self.breakers.insert(key, b);
+        }
+        changed
+    }
+
+    fn trip(
+        &mut self,
+        now: Instant,
+        snap: &Snapshot,
+        ev: &Evaluation,
+        out: &mut Vec<Command>,
+        holds: &mut Vec<Command>,
+    ) -> bool {
+        let mut changed = false;
+        for f in &ev.firing {
+            // Only live instances can be acted on: a crash-looping container between two
+            // restarts has none, and must not use up the node's pacing.
+            let targets: Vec<&WorkloadSignals> = crate::rule::signal::targets(snap, &f.target)
+                .iter()
+                .filter_map(|id| {
+                    snap.workloads
+                        .iter()
+                        .find(|w| w.id == *id && w.cgroup.is_some())
+                })
+                .collect();
+            let Some(first) = targets.first() else {
+                continue;
+            };
+            let (mut id, revision) = identity(first);
+            if matches!(f.target, Target::Pod { .. }) {
+                id.container.clear();
+            }
+            // A revision the owner has already replaced is never tripped again (its history
+            // still holds in the rule's window while the rollout finishes).
+            if self
+                .superseded
+                .get(&id)
+                .is_some_and(|r| r.contains(&revision))
+            {
+                continue;
+            }
+            let key = (id, f.rule);
+            let previous = match self.breakers.get(&key) {
+                Some(b) if b.state == BreakerState::Open => continue,
+                Some(b) => Some(b.hold),
+                None => None,
+            };
+            if let Some(reason) = targets.iter().find_map(|w| self.protected(w)) {
+                if self.quiet.insert((f.rule, f.target.clone(), "protected")) {
+                    tracing::info!(rule = %self.cfg.rules[f.rule].name, target = %f.target, reason, "rule holds on a protected workload: not acting");
+                }
+                continue;
+            }
+            let rule = self.cfg.rules[f.rule].clone();
+            if rule.action != ActionKind::Report {
+                if let Err(why) = self.throttle.check(now) {
+                    if self.quiet.insert((f.rule, f.target.clone(), "deferred")) {
+                        tracing::info!(rule = %rule.name, target = %f.target, why, "action deferred");
+                    }
+                    continue;
+                }
+                self.throttle.record(now);
+            }
+            self.quiet
+                .retain(|(r, t, _)| !(*r == f.rule && *t == f.target));
+            let hold = next_hold(rule.hold, previous, self.cfg.max_hold);
+            let signal = match &rule.condition {
+                Condition::Threshold { signal, .. } => format!("{signal:?}"),
+                Condition::RestartLoop(_) => "restart bursts".to_owned(),
+            };
+            let pin = (f.rule, f.target.clone());
+            let pinned = self.pins.remove(&pin).unwrap_or_default();
+            let mut b = Breaker {
+                id: key.0.clone(),
+                rule: f.rule,
+                action: rule.action,
+                state: BreakerState::Open,
+                pod: first.id.pod.clone(),
+                revision: revision.clone(),
+                reason: reason(&signal, f),
+                value: f.value,
+                threshold: f.threshold,
+                opened_at: now,
+                hold_until: hold.map(|h| later(now, h)),
+                probation_until: None,
+                hold: hold.unwrap_or_default(),
+                trips: self.breakers.get(&key).map_or(0, |b| b.trips) + 1,
+                acted: Vec::new(),
+                enforced: HashSet::new(),
+                spared_pods: snap
+                    .workloads
+                    .iter()
+                    .filter(|w| matches_id(&key.0, w) && w.id.pod != first.id.pod)
+                    .map(|w| w.id.pod.clone())
+                    .collect(),
+            };
+            let mut trip = Trip {
+                target: f.target.clone(),
+                held_for: f.held_for,
+                outcomes: Vec::new(),
+            };
+            for w in &targets {
+                let Some(rel) = w.cgroup.clone() else {
+                    continue;
+                };
+                if rule.action == ActionKind::Report {
+                    // A report touches no cgroup: it holds as soon as it is recorded.
+                    self.count(f.rule, rule.action.as_str(), Outcome::Done.as_str());
+                    b.enforced
+                        .insert(w.container_id.clone().unwrap_or_default());
+                    trip.outcomes.push(Outcome::Done);
+                    continue;
+                }
+                // The inode recorded when the hold started; a target without one is opened now.
+                let ino = pinned.iter().find(|p| p.cgroup == rel).map(|p| p.inode);
+                holds.push(Command::Hold {
+                    ticket: Ticket::Trip(key.clone()),
+                    action: rule.action,
+                    rel,
+                    ino,
+                    instance: w.container_id.clone().unwrap_or_default(),
+                });
+            }
+            // Let go of the pinned cgroups once the holds have used them.
+            holds.push(Command::Unpin(pin));
+            self.breakers.insert(key.clone(), b);
+            if rule.action == ActionKind::Report {
+                self.finish_trip(&key, trip, out);
+            } else {
+                self.trips.insert(key, trip);
+            }
+            changed = true;
+        }
+        changed
+    }
+
+    /// A tripping breaker whose outcomes are all in: it opens if anything held.
+    fn finish_trip(&mut self, key: &Key, trip: Trip, out: &mut Vec<Command>) {
+        if trip.outcomes.contains(&Outcome::Replaced) {
+            // No hold ever ran on the cgroup now at that path: it starts from zero.
+            let target = trip.target.clone();
+            self.engine.reset_matching(key.1, |k| *k == target);
+        }
+        let ok = trip
+            .outcomes
+            .iter()
+            .any(|o| matches!(o, Outcome::Done | Outcome::DryRun));
+        let Some(b) = self.breakers.remove(key) else {
+            return;
+        };
+        let transition = if ok { "opened" } else { "action_failed" };
+        let e = self.event(&b, transition, &summarize(&trip.outcomes), trip.held_for);
+        out.push(Command::Notify(e));
+        // Nothing held: no breaker, the rule is re-checked after the cool-down.
+        if ok {
+            self.breakers.insert(key.clone(), b);
+        }
+    }
+
+    /// Takes the enforcer's outcomes; returns the notifications and the state they change.
+    pub fn settle(&mut self, now: Instant, wall: SystemTime, reports: Vec<Report>) -> Vec<Command> {
+        let mut out = Vec::new();
+        let mut changed = false;
+        for r in reports {
+            match r {
+                Report::Pinned { pin, cgroups } => {
+                    if let Some(p) = self.pins.get_mut(&pin) {
+                        *p = cgroups;
+                    }
+                }
+                Report::Held {
+                    ticket,
+                    outcome,
+                    cgroup,
+                    instance,
+                } => {
+                    changed = true;
+                    self.settle_hold(ticket, outcome, cgroup, instance, &mut out);
+                }
+            }
+        }
+        for (key, trip) in std::mem::take(&mut self.trips) {
+            self.finish_trip(&key, trip, &mut out);
+        }
+        if changed {
+            out.push(Command::Persist(self.state(now, wall)));
+        }
+        out
+    }
+
+    fn settle_hold(
+        &mut self,
+        ticket: Ticket,
+        outcome: Outcome,
+        cgroup: Option<ActedCgroup>,
+        instance: String,
+        out: &mut Vec<Command>,
+    ) {
+        let key = match &ticket {
+            Ticket::Trip(k) | Ticket::NewInstance(k) | Ticket::Restored(k) => k.clone(),
+        };
+        let Some(mut b) = self.breakers.remove(&key) else {
+            // A restored hold whose breaker is gone must not stay frozen.
+            if let (Ticket::Restored(_), Outcome::Done, Some(c)) = (&ticket, &outcome, cgroup) {
+                out.push(Command::Undo(c));
+            }
+            return;
+        };
+        let frozen = outcome == Outcome::Done && b.action == ActionKind::Freeze;
+        match ticket {
+            Ticket::Trip(_) => {
+                self.count(b.rule, b.action.as_str(), outcome.as_str());
+                if matches!(outcome, Outcome::Done | Outcome::DryRun) {
+                    b.enforced.insert(instance);
+                }
+                if let Some(t) = self.trips.get_mut(&key) {
+                    t.outcomes.push(outcome);
+                }
+            }
+            // A cgroup gone before it could be opened: churn, nothing was tried.
+            Ticket::NewInstance(_) if outcome == Outcome::Gone && cgroup.is_none() => {}
+            Ticket::NewInstance(_) => {
+                self.count(b.rule, "freeze", outcome.as_str());
+                let e = self.event(&b, "reapplied", outcome.as_str(), Duration::ZERO);
+                out.push(Command::Notify(e));
+            }
+            Ticket::Restored(_) => {
+                // Not ours to hold any more (replaced, protected, or no durable record): the
+                // enforcer thaws what it does not hold.
+            }
+        }
+        // Only what was really frozen is ours to thaw.
+        if frozen {
+            if let Some(c) = cgroup {
+                if !b.acted.contains(&c) {
+                    b.acted.push(c);
+                }
+            }
+        }
+        self.breakers.insert(key, b);
+    }
+
+    fn releases(&mut self, requests: &[ReleaseRequest], out: &mut Vec<Command>) -> bool {
+        let mut changed = false;
+        for req in requests {
+            let keys: Vec<Key> = self
+                .breakers
+                .iter()
+                .filter(|((id, r), b)| {
+                    id.namespace == req.namespace
+                        && (id.owner == req.pod || b.pod == req.pod)
+                        && id.container == req.container
+                        && req
+                            .rule
+                            .as_ref()
+                            .is_none_or(|n| *n == self.cfg.rules[*r].name)
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in keys {
+                if let Some(mut b) = self.breakers.remove(&k) {
+                    undo_all(&mut b, out);
+                    let e = self.event(&b, "released", "thawed by hand", Duration::ZERO);
+                    out.push(Command::Notify(e));
+                    changed = true;
+                }
+            }
+        }
+        changed
+    }
+
+    /// Fail open at shutdown: undo every hold. The breakers keep their cgroups in the state
+    /// file, so a restarted agent re-applies holds that are still due.
+    pub fn shutdown(&mut self, now: Instant, wall: SystemTime) -> Vec<Command> {
+        let mut out: Vec<Command> = self
+            .breakers
+            .values()
+            .flat_map(|b| b.acted.iter().cloned().map(Command::Undo))
+            .collect();
+        out.push(Command::Persist(self.state(now, wall)));
+        out
+    }
+
+    /// The breakers as the state file records them.
+    fn state(&self, now: Instant, wall: SystemTime) -> StateFile {
+        let at = |t: Instant| wall_of(now, wall, t);
+        let breakers = self
+            .breakers
+            .values()
+            .map(|b| PersistedBreaker {
+                id: b.id.clone(),
+                rule: self.cfg.rules[b.rule].name.clone(),
+                action: b.action,
+                state: b.state,
+                pod: b.pod.clone(),
+                revision: b.revision.clone(),
+                reason: b.reason.clone(),
+                value: b.value,
+                threshold: b.threshold,
+                since: at(b.opened_at),
+                hold_until: b.hold_until.map(at),
+                probation_until: b.probation_until.map(at),
+                hold_seconds: b.hold.as_secs_f64(),
+                trips: b.trips,
+                acted: b.acted.clone(),
+                spared_pods: b.spared_pods.iter().cloned().collect(),
+            })
+            .collect();
+        StateFile {
+            version: state::VERSION,
+            saved_at: unix(wall),
+            breakers,
+            // The enforcer adds what it froze.
+            frozen: Vec::new(),
+        }
+    }
+
+    /// Rebuilds the breakers of a state file read at start. Holds still due are re-applied when
+    /// enforcing; in a dry run, and for expired holds, their cgroups are thawed (for real).
+    pub fn restore(&mut self, now: Instant, wall: SystemTime, file: StateFile) -> Vec<Command> {
+        let mut out = Vec::new();
+        let mut holds = Vec::new();
+        let wall_now = unix(wall);
+        // Persisted numbers are range-checked by `state::parse`; the arithmetic saturates anyway.
+        let at = |t: f64| {
+            let d = Duration::try_from_secs_f64((t - wall_now).abs()).unwrap_or(Duration::ZERO);
+            if t >= wall_now {
+                later(now, d)
+            } else {
+                now.checked_sub(d).unwrap_or(now)
+            }
+        };
+        for p in file.breakers {
+            let Some(rule) = self.cfg.rules.iter().position(|r| r.name == p.rule) else {
+                tracing::warn!(rule = %p.rule, "a persisted breaker's rule no longer exists: dropping it");
+                out.extend(p.acted.into_iter().map(Command::Undo));
+                continue;
+            };
+            let b = Breaker {
+                id: p.id,
+                rule,
+                action: p.action,
+                state: p.state,
+                pod: p.pod,
+                revision: p.revision,
+                reason: p.reason,
+                value: p.value,
+                threshold: p.threshold,
+                opened_at: at(p.since),
+                hold_until: p.hold_until.map(at),
+                probation_until: p.probation_until.map(at),
+                hold: Duration::try_from_secs_f64(p.hold_seconds).unwrap_or(Duration::ZERO),
+                trips: p.trips,
+                acted: Vec::new(),
+                enforced: HashSet::new(),
+                spared_pods: p.spared_pods.into_iter().collect(),
+            };
+            let due = b.state == BreakerState::Open && b.hold_until.is_none_or(|t| t > now);
+            let hold = due && b.action != ActionKind::Report && !self.cfg.dry_run;
+            let key = (b.id.clone(), rule);
+            for c in p.acted {
+                if hold {
+                    holds.push(Command::Hold {
+                        ticket: Ticket::Restored(key.clone()),
+                        action: ActionKind::Freeze,
+                        rel: c.cgroup,
+                        ino: Some(c.inode),
+                        instance: String::new(),
+                    });
+                } else {
+                    out.push(Command::Undo(c));
+                }
+            }
+            let outcome = if !due {
+                "hold expired"
+            } else if self.cfg.dry_run && b.action != ActionKind::Report {
+                "dry run: hold kept, cgroups thawed"
+            } else {
+                "hold re-applied"
+            };
+            out.push(Command::Notify(self.event(
+                &b,
+                "restored",
+                outcome,
+                Duration::ZERO,
+            )));
+            self.breakers.insert(key, b);
+        }
+        out.push(Command::Persist(self.state(now, wall)));
+        out.extend(holds);
+        out
+    }
+
+    pub fn dry_run(&self) -> bool {
+        self.cfg.dry_run
+    }
+
+    pub fn status(&self, now: Instant, wall: SystemTime) -> GuardStatus {
+        GuardStatus {
+            dry_run: self.cfg.dry_run,
+            breakers: self
+                .breakers
+                .values()
+                .map(|b| BreakerView {
+                    namespace: b.id.namespace.clone(),
+                    pod: b.pod.clone(),
+                    container: b.id.container.clone(),
+                    owner: b.id.owner.clone(),
+                    rule: self.cfg.rules[b.rule].name.clone(),
+                    state: match b.state {
+                        BreakerState::Open => "open",
+                        BreakerState::HalfOpen => "half_open",
+                    },
+                    action: b.action.as_str(),
+                    reason: b.reason.clone(),
+                    value: b.value,
+                    threshold: b.threshold,
+                    since: wall_of(now, wall, b.opened_at),
+                    hold_remaining_seconds: b.hold_remaining(now).map(|d| d.as_secs_f64()),
+                    trips_total: b.trips,
+                    would_act: self.cfg.dry_run
+                        && b.state == BreakerState::Open
+                        && b.action != ActionKind::Report,
+                })
+                .collect(),
+            pending: self
+                .pending
+                .iter()
+                .map(|(r, k, d)| {
+                    let (namespace, pod, container) = k.labels();
+                    PendingView {
+                        namespace: namespace.to_owned(),
+                        pod: pod.to_owned(),
+                        container: container.to_owned(),
+                        rule: self.cfg.rules[*r].name.clone(),
+                        seconds: d.as_secs_f64(),
+                    }
+                })
+                .collect(),
+            actions: self
+                .actions
+                .iter()
+                .map(|((r, a, o), n)| (r.clone(), *a, *o, *n))
+                .collect(),
+            ..GuardStatus::default()
+        }
+    }
+}
+
+/// Undoes every hold of a breaker.
+fn undo_all(b: &mut Breaker, out: &mut Vec<Command>) {
+    out.extend(b.acted.drain(..).map(Command::Undo));
+    b.enforced.clear();
+}
+
+fn summarize(outcomes: &[Outcome]) -> String {
+    let mut parts: Vec<String> = outcomes
+        .iter()
+        .map(|o| match o {
+            Outcome::Failed(e) => format!("failed: {e}"),
+            o => o.as_str().to_owned(),
+        })
+        .collect();
+    parts.dedup();
+    if parts.is_empty() {
+        "no target cgroup".to_owned()
+    } else {
+        parts.join("; ")
+    }
+}
+
+fn reason(signal: &str, f: &Firing) -> String {
+    let mut r = format!(
+        "{signal} = {} above {} for {}s",
+        round(f.value),
+        round(f.threshold),
+        f.held_for.as_secs()
+    );
+    if let Some(c) = f.contributor_value {
+        r.push_str(&format!("; top contributor holds {}", round(c)));
+    }
+    r
+}
+
+fn round(v: f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The decider alone: no filesystem, no cgroup, no clock but the instants passed in.
+    use super::*;
+    use crate::config::Config;
+    use crate::sample::logs::LineCounts;
+    use crate::workload::WorkloadId;
+
+    const M: Duration = Duration::from_secs(60);
+
+    fn decider(dry_run: bool) -> Decider {
+        let yaml = format!(
+            "guard:\n  dry_run: {dry_run}\n  state_file: /nonexistent/state.json\n  rules:\n    - name: log-flood\n      signal: log_lines_per_minute\n      above: 599\n      for: 1m\n      action: freeze\n      hold: 15m\n"
+        );
+        let cfg = Config::from_yaml(&yaml).unwrap().guard;
+        Decider::new(cfg, "node-a".into(), vec!["kube-system".into()])
+    }
+
+    fn flood(per_min: u64) -> Snapshot {
+        Snapshot {
+            workloads: vec![WorkloadSignals {
+                id: WorkloadId::container("feeds", "backend-7d9f8b6c4d-x2k4q", "relay"),
+                kind: Kind::Container,
+                qos: None,
+                pod_uid: Some("uid".into()),
+                container_id: Some("aaa".into()),
+                cgroup: Some("/kubepods/aaa".into()),
+                memory: None,
+                oom_kills_total: 0,
+                processes: None,
+                zombies: None,
+                zombie_parents: vec![],
+                log_lines_total: LineCounts::default(),
+                log_lines_per_minute: LineCounts {
+                    stdout: 0,
+                    stderr: per_min,
+                    malformed: 0,
+                },
+                restarts_total: 0,
+                sockets: None,
+            }],
+            ..Snapshot::default()
+        }
+    }
+
+    fn names(cmds: &[Command]) -> Vec<&'static str> {
+        cmds.iter()
+            .map(|c| match c {
+                Command::Pin { .. } => "pin",
+                Command::Unpin(_) => "unpin",
+                Command::Persist(_) => "persist",
+                Command::Hold { .. } => "hold",
+                Command::Undo(_) => "undo",
+                Command::Notify(_) => "notify",
+            })
+            .collect()
+    }
+
+    fn aaa(ino: u64) -> ActedCgroup {
+        ActedCgroup {
+            cgroup: "/kubepods/aaa".into(),
+            inode: ino,
+        }
+    }
+
+    fn held(ticket: Ticket, outcome: Outcome, ino: u64) -> Report {
+        Report::Held {
+            ticket,
+            outcome,
+            cgroup: Some(aaa(ino)),
+            instance: "aaa".into(),
+        }
+    }
+
+    #[test]
+    fn the_state_is_written_before_the_hold_and_the_hold_hits_the_pinned_inode() {
+        let mut d = decider(false);
+        let (t0, wall) = (Instant::now(), SystemTime::now());
+        let s = flood(1900);
+        let cmds = d.decide(t0, wall, &s, &[]);
+        assert_eq!(names(&cmds), vec!["pin"]);
+        let pin = match &cmds[0] {
+            Command::Pin { pin, rels } => {
+                assert_eq!(rels, &vec!["/kubepods/aaa".to_string()]);
+                pin.clone()
+            }
+            _ => unreachable!(),
+        };
+        d.settle(
+            t0,
+            wall,
+            vec![Report::Pinned {
+                pin,
+                cgroups: vec![aaa(42)],
+            }],
+        );
+        let cmds = d.decide(t0 + M, wall + M, &s, &[]);
+        assert_eq!(names(&cmds), vec!["persist", "hold", "unpin"]);
+        let Command::Persist(file) = &cmds[0] else {
+            unreachable!()
+        };
+        assert_eq!(file.breakers.len(), 1, "the breaker is recorded first");
+        let Command::Hold { ino, ticket, .. } = &cmds[1] else {
+            unreachable!()
+        };
+        assert_eq!(*ino, Some(42));
+        let key = match ticket {
+            Ticket::Trip(k) => k.clone(),
+            t => panic!("{t:?}"),
+        };
+        let cmds = d.settle(
+            t0 + M,
+            wall + M,
+            vec![held(Ticket::Trip(key.clone()), Outcome::Done, 42)],
+        );
+        assert_eq!(names(&cmds), vec!["notify", "persist"]);
+        let Command::Persist(file) = &cmds[1] else {
+            unreachable!()
+        };
+        assert_eq!(file.breakers[0].acted, vec![aaa(42)]);
+        // The hold ends: the undo is a command like any other, then the state.
+        let cmds = d.decide(t0 + 16 * M, wall + 16 * M, &s, &[]);
+        assert_eq!(&names(&cmds)[..2], &["undo", "notify"]);
+        assert_eq!(cmds[0], Command::Undo(aaa(42)));
+    }
+
+    #[test]
+    fn a_hold_that_failed_opens_no_breaker() {
+        let mut d = decider(false);
+        let (t0, wall) = (Instant::now(), SystemTime::now());
+        let s = flood(1900);
+        d.decide(t0, wall, &s, &[]);
+        let cmds = d.decide(t0 + M, wall, &s, &[]);
+        let Some(Command::Hold { ticket, .. }) =
+            cmds.iter().find(|c| matches!(c, Command::Hold { .. }))
+        else {
+            panic!("{cmds:?}")
+        };
+        let why = Outcome::Failed("the state file cannot be written".into());
+        let cmds = d.settle(t0 + M, wall, vec![held(ticket.clone(), why, 7)]);
+        let Some(Command::Notify(e)) = cmds.first() else {
+            panic!("{cmds:?}")
+        };
+        assert_eq!(e.transition, "action_failed");
+        assert!(d.status(t0 + M, wall).breakers.is_empty());
+    }
+
+    #[test]
+    fn a_restore_in_dry_run_undoes_instead_of_holding() {
+        let mut enforcing = decider(false);
+        let (t0, wall) = (Instant::now(), SystemTime::now());
+        let s = flood(1900);
+        enforcing.decide(t0, wall, &s, &[]);
+        let cmds = enforcing.decide(t0 + M, wall + M, &s, &[]);
+        let Some(Command::Hold { ticket, .. }) =
+            cmds.iter().find(|c| matches!(c, Command::Hold { .. }))
+        else {
+            panic!("{cmds:?}")
+        };
+        let cmds = enforcing.settle(
+            t0 + M,
+            wall + M,
+            vec![held(ticket.clone(), Outcome::Done, 9)],
+        );
+        let Some(Command::Persist(file)) = cmds.last() else {
+            panic!("{cmds:?}")
+        };
+        let file = file.clone();
+
+        let mut again = decider(false);
+        let cmds = again.restore(t0 + 2 * M, wall + 2 * M, file.clone());
+        assert_eq!(names(&cmds), vec!["notify", "persist", "hold"]);
+        let mut dry = decider(true);
+        let cmds = dry.restore(t0 + 2 * M, wall + 2 * M, file);
+        assert_eq!(names(&cmds), vec!["undo", "notify", "persist"]);
+        assert_eq!(cmds[0], Command::Undo(aaa(9)));
+        let st = dry.status(t0 + 2 * M, wall + 2 * M);
+        assert_eq!(st.breakers.len(), 1, "the breaker is kept");
+        assert!(st.breakers[0].would_act);
+    }
+}

@@ -1,0 +1,343 @@
+//! Enforce: the only part of the guard that writes to cgroups, the state file or the webhook.
+//! It applies the decider's commands under invariants that do not depend on any decision:
+//! - a hold is undone by the real actuator in every mode (a dry run only skips new holds), so a
+//!   cgroup frozen by an earlier enforcing run is never stranded by a restart in dry-run;
+//! - nothing is frozen or killed whose subtree holds pid 1, pid 2 or the agent itself;
+//! - nothing is frozen before the state file lists it (write-ahead), and nothing is held at all
+//!   while the state file cannot be written;
+//! - a thaw that fails is retried every tick until it succeeds or the cgroup is gone.
+
+use super::cgroup::{CgroupHandle, Freezer};
+use super::decide::{Command, Pin, Report};
+use super::notify::Notifier;
+use super::state::{self, ActedCgroup, StateFile};
+use super::{Actuator, Outcome};
+use crate::rule::ActionKind;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+pub struct Enforcer {
+    /// Freeze and kill: the cgroup writer, or a dry run.
+    act: Box<dyn Actuator>,
+    /// Thaws of holds we made: always the cgroup writer (a recording fake in tests).
+    undo: Box<dyn Actuator>,
+    freezer: Freezer,
+    notifier: Notifier,
+    /// Never frozen or signalled, wherever they sit: pid 1, pid 2 (kthreadd) and the agent.
+    protected: Vec<u32>,
+    state_file: PathBuf,
+    /// The decider's last state; written again with our own lists whenever they change.
+    last: StateFile,
+    /// Cgroups we froze and have not thawed: in the state file before each freeze.
+    frozen: BTreeSet<ActedCgroup>,
+    /// Open handles: a held directory keeps its inode, so a cgroup recreated at the same path
+    /// can never pass for the one pinned or frozen, on any filesystem.
+    pinned: HashMap<Pin, Vec<CgroupHandle>>,
+    handles: HashMap<ActedCgroup, CgroupHandle>,
+    /// Thaws that failed, retried at every run.
+    unthawed: BTreeSet<ActedCgroup>,
+    /// At start: cgroups a previous run froze. Those not re-held by `restore` are thawed.
+    orphans: BTreeSet<ActedCgroup>,
+    state_write_failures: u64,
+    /// The last write of the state file succeeded: new holds may be applied.
+    durable: bool,
+    /// An unreadable state file could not be moved aside: never overwrite the only record.
+    read_only: bool,
+    quarantined: Option<String>,
+}
+
+impl std::fmt::Debug for Enforcer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Enforcer")
+            .field("freezer", &self.freezer)
+            .field("frozen", &self.frozen)
+            .field("durable", &self.durable)
+            .finish_non_exhaustive()
+    }
+}
+
+fn open_error(rel: &str, e: &std::io::Error) -> Outcome {
+    if crate::fsio::is_gone(e) {
+        Outcome::Gone
+    } else {
+        Outcome::Failed(format!("open {rel}: {e}"))
+    }
+}
+
+impl Enforcer {
+    pub fn new(
+        act: Box<dyn Actuator>,
+        undo: Box<dyn Actuator>,
+        freezer: Freezer,
+        state_file: PathBuf,
+        notifier: Notifier,
+    ) -> Enforcer {
+        Enforcer {
+            act,
+            undo,
+            freezer,
+            notifier,
+            protected: vec![1, 2, std::process::id()],
+            state_file,
+            last: StateFile {
+                version: state::VERSION,
+                ..StateFile::default()
+            },
+            frozen: BTreeSet::new(),
+            pinned: HashMap::new(),
+            handles: HashMap::new(),
+            unthawed: BTreeSet::new(),
+            orphans: BTreeSet::new(),
+            state_write_failures: 0,
+            durable: false,
+            read_only: false,
+            quarantined: None,
+        }
+    }
+
+    pub fn state_file(&self) -> &Path {
+        &self.state_file
+    }
+
+    /// Reads the state file at start. An unreadable one is moved aside (never overwritten by the
+    /// next save) and the cgroups it names are adopted as orphans, thawed by `finish_restore`:
+    /// with the record of the hold lost, failing open is the only safe choice.
+    pub fn load(&mut self, unix_now: u64) -> Option<StateFile> {
+        let path = self.state_file.clone();
+        let err = match state::load(&path) {
+            Ok(Some(f)) => {
+                let acted = f.breakers.iter().flat_map(|b| b.acted.iter());
+                self.orphans = f.frozen.iter().chain(acted).cloned().collect();
+                self.frozen = self.orphans.clone();
+                return Some(f);
+            }
+            Ok(None) => return None,
+            Err(e) => e,
+        };
+        let salvaged = std::fs::read_to_string(&path)
+            .map(|t| state::salvage_acted(&t))
+            .unwrap_or_default();
+        match state::quarantine(&path, unix_now) {
+            Ok(aside) => {
+                tracing::error!(error = %err, kept_at = %aside.display(), thawing = salvaged.len(), "breaker state unreadable: kept aside, thawing the cgroups it names, starting with no breakers");
+                self.quarantined = Some(aside.display().to_string());
+            }
+            Err(qe) => {
+                tracing::error!(error = %err, rename_error = %qe, "breaker state unreadable and cannot be moved aside: thawing the cgroups it names; no hold until it can be written");
+                self.quarantined = Some(path.display().to_string());
+                self.read_only = true;
+            }
+        }
+        self.orphans = salvaged.into_iter().collect();
+        self.frozen = self.orphans.clone();
+        None
+    }
+
+    /// After the restored holds were re-applied: thaws every cgroup a previous run froze that
+    /// no breaker holds any more, then records the result.
+    pub fn finish_restore(&mut self) {
+        for c in std::mem::take(&mut self.orphans) {
+            self.undo_one(c);
+        }
+        self.write_state();
+    }
+
+    /// Applies commands in order; returns what the decider must learn from them.
+    pub fn run(&mut self, commands: Vec<Command>) -> Vec<Report> {
+        for c in std::mem::take(&mut self.unthawed) {
+            self.undo_one(c);
+        }
+        let mut reports = Vec::new();
+        for cmd in commands {
+            match cmd {
+                Command::Pin { pin, rels } => {
+                    let hs: Vec<CgroupHandle> =
+                        rels.iter().filter_map(|rel| self.open(rel).ok()).collect();
+                    let cgroups = hs
+                        .iter()
+                        .map(|h| ActedCgroup {
+                            cgroup: h.rel.clone(),
+                            inode: h.ino,
+                        })
+                        .collect();
+                    self.pinned.insert(pin.clone(), hs);
+                    reports.push(Report::Pinned { pin, cgroups });
+                }
+                Command::Unpin(pin) => {
+                    self.pinned.remove(&pin);
+                }
+                Command::Persist(file) => {
+                    self.last = file;
+                    self.write_state();
+                }
+                Command::Hold {
+                    ticket,
+                    action,
+                    rel,
+                    ino,
+                    instance,
+                } => {
+                    let (outcome, cgroup) = self.hold(action, &rel, ino);
+                    reports.push(Report::Held {
+                        ticket,
+                        outcome,
+                        cgroup,
+                        instance,
+                    });
+                }
+                Command::Undo(c) => {
+                    self.undo_one(c);
+                }
+                Command::Notify(e) => self.notifier.send(e),
+            }
+        }
+        reports
+    }
+
+    fn open(&self, rel: &str) -> std::io::Result<CgroupHandle> {
+        CgroupHandle::open(&self.freezer, rel)
+    }
+
+    /// Why `h` must not be frozen or killed, if it must not.
+    fn refusal(&self, h: &CgroupHandle) -> Option<String> {
+        match h.subtree_pids() {
+            Ok(pids) => pids.iter().find(|p| self.protected.contains(p)).map(|p| {
+                format!(
+                    "the cgroup or one below it holds pid {p} ({})",
+                    match *p {
+                        1 => "init",
+                        2 => "kthreadd",
+                        _ => "the agent",
+                    }
+                )
+            }),
+            // Fail closed: a subtree we cannot verify is not touched.
+            Err(e) => Some(format!("cannot verify the subtree: {e}")),
+        }
+    }
+
+    /// A new hold with the configured actuator. Refused while the state file is not durable, on
+    /// a cgroup other than the pinned one, and on a subtree holding a protected process.
+    fn hold(
+        &mut self,
+        action: ActionKind,
+        rel: &str,
+        ino: Option<u64>,
+    ) -> (Outcome, Option<ActedCgroup>) {
+        let h = match self.open(rel) {
+            Ok(h) => h,
+            Err(e) => return (open_error(rel, &e), None),
+        };
+        let cg = ActedCgroup {
+            cgroup: rel.to_owned(),
+            inode: h.ino,
+        };
+        // The path was removed or recreated since the hold started: never the cgroup we meant.
+        if ino.is_some_and(|i| i != h.ino) {
+            return (Outcome::Replaced, Some(cg));
+        }
+        if !self.durable {
+            let why = format!(
+                "the state file {} cannot be written: not acting without a durable record",
+                self.state_file.display()
+            );
+            return (Outcome::Failed(why), Some(cg));
+        }
+        if let Some(why) = self.refusal(&h) {
+            return (Outcome::Failed(why), Some(cg));
+        }
+        let outcome = match action {
+            ActionKind::Freeze if self.act.writes() => {
+                // Already ours (a restored hold): it is in the state file.
+                if self.frozen.insert(cg.clone()) && !self.write_state() {
+                    self.frozen.remove(&cg);
+                    let why = "the state file cannot be written: not acting".to_owned();
+                    return (Outcome::Failed(why), Some(cg));
+                }
+                let out = self.act.freeze(&h);
+                // A failed freeze is thawed by the actuator: it is not ours to thaw any more.
+                if out == Outcome::Done {
+                    self.orphans.remove(&cg);
+                    self.handles.insert(cg.clone(), h);
+                } else {
+                    self.frozen.remove(&cg);
+                }
+                out
+            }
+            ActionKind::Freeze => self.act.freeze(&h),
+            ActionKind::Kill => self.act.kill(&h),
+            ActionKind::Report => Outcome::Done,
+        };
+        (outcome, Some(cg))
+    }
+
+    /// Undoes one of our holds, in every mode. A cgroup recreated at the path is not ours.
+    fn undo_one(&mut self, c: ActedCgroup) {
+        self.orphans.remove(&c);
+        let out = match self.handles.get(&c) {
+            Some(h) if h.same_cgroup() => self.undo.thaw(h),
+            Some(_) => Outcome::Gone,
+            None => match self.open(&c.cgroup) {
+                Ok(h) if h.ino == c.inode => self.undo.thaw(&h),
+                Ok(_) => Outcome::Gone,
+                Err(e) => open_error(&c.cgroup, &e),
+            },
+        };
+        match out {
+            Outcome::Failed(e) => {
+                if self.unthawed.insert(c.clone()) {
+                    tracing::error!(cgroup = %c.cgroup, error = %e, "thaw failed; retrying every tick");
+                }
+            }
+            _ => {
+                self.frozen.remove(&c);
+                self.handles.remove(&c);
+            }
+        }
+    }
+
+    /// Writes the decider's last state with our own lists; until a write succeeds again, no new
+    /// hold is applied.
+    fn write_state(&mut self) -> bool {
+        if self.read_only {
+            self.state_write_failures += 1;
+            self.durable = false;
+            return false;
+        }
+        let mut file = self.last.clone();
+        file.frozen = self.frozen.union(&self.unthawed).cloned().collect();
+        match state::save(&self.state_file, &file) {
+            Ok(()) => {
+                if !self.durable && self.state_write_failures > 0 {
+                    tracing::info!(path = %self.state_file.display(), "breaker state writable again");
+                }
+                self.durable = true;
+            }
+            Err(e) => {
+                if self.durable || self.state_write_failures == 0 {
+                    tracing::error!(path = %self.state_file.display(), error = %e, "cannot write the breaker state: the guard will not act until it can");
+                }
+                self.state_write_failures += 1;
+                self.durable = false;
+            }
+        }
+        self.durable
+    }
+
+    pub fn durable(&self) -> bool {
+        self.durable
+    }
+
+    pub fn state_write_failures(&self) -> u64 {
+        self.state_write_failures
+    }
+
+    pub fn quarantined(&self) -> Option<&str> {
+        self.quarantined.as_deref()
+    }
+
+    /// Thaws that failed and are being retried.
+    pub fn thaws_pending(&self) -> usize {
+        self.unthawed.len()
+    }
+}

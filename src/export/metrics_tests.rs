@@ -1,0 +1,372 @@
+//! The exposition with names a workload chose: parsed back by a strict OpenMetrics line parser
+//! (always) and by promtool (the Prometheus parser; required as root or in CI).
+
+use super::*;
+use crate::sample::logs::LineCounts;
+use crate::sample::procs::ZombieParent;
+use crate::snapshot::{
+    BreakerView, GuardStatus, Held, MemoryValues, PendingView, PodSignals, SamplerStatus,
+};
+use crate::workload::WorkloadId;
+use std::collections::{BTreeSet, HashSet};
+
+/// Label values nobody should be able to turn into syntax.
+fn hostile() -> Vec<String> {
+    vec![
+        "n\"".into(),
+        "a\\b".into(),
+        "line\nbreak".into(),
+        "trailing\\".into(),
+        "\"} 1\nnodeguard_fake 2\n# EOF\n".into(),
+        "x\",injected=\"y".into(),
+        "tab\tcr\rbell\x07esc\x1b".into(),
+        "ünïcødé-名前-😀".into(),
+        "\\n\\\"".into(),
+        "\u{feff}\u{200b}\u{2028}".into(),
+        "x".repeat(4096),
+    ]
+}
+
+fn workload(ns: &str, pod: &str, container: &str, comms: &[String]) -> WorkloadSignals {
+    WorkloadSignals {
+        id: WorkloadId::container(ns, pod, container),
+        kind: crate::snapshot::Kind::Container,
+        qos: None,
+        pod_uid: Some("uid".into()),
+        container_id: Some("cid".into()),
+        cgroup: Some(format!("/kubepods/{pod}")),
+        memory: Some(Held {
+            value: MemoryValues {
+                usage_bytes: 2,
+                working_set_bytes: 1,
+                limit_bytes: Some(3),
+            },
+            stale: true,
+        }),
+        oom_kills_total: 1,
+        processes: Some(Held {
+            value: 4,
+            stale: true,
+        }),
+        zombies: Some(Held {
+            value: comms.len() as u64,
+            stale: false,
+        }),
+        zombie_parents: comms
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ZombieParent {
+                pid: 100 + i as u32,
+                comm: c.clone(),
+                zombies: 1,
+            })
+            .collect(),
+        log_lines_total: LineCounts::default(),
+        log_lines_per_minute: LineCounts::default(),
+        restarts_total: 0,
+        sockets: None,
+    }
+}
+
+fn hostile_snapshot() -> Snapshot {
+    let names = hostile();
+    let mut s = Snapshot {
+        node: "a\"b".into(),
+        cgroup_layout: "v2\"\n".into(),
+        ..Snapshot::default()
+    };
+    // Every hostile string as the comm of a parent, and as each identity label in turn.
+    s.workloads
+        .push(workload("feeds", "backend-0", "supervisor", &names));
+    for (i, n) in names.iter().enumerate() {
+        s.workloads.push(workload(n, &format!("p{i}"), "c", &[]));
+        s.workloads.push(workload("ns", n, "c", &[]));
+        s.workloads.push(workload("ns", &format!("p{i}"), n, &[]));
+        s.pods.push(PodSignals {
+            namespace: "ns".into(),
+            pod: n.clone(),
+            uid: format!("u{i}"),
+            oom_kills_total: Some(1),
+            host_network: Some(true),
+            netns_conntrack_entries: Some(1),
+            host_conntrack_entries: None,
+            netns_sockets: None,
+            addresses: vec![],
+        });
+    }
+    // Two parents of one comm in one container: one series, their sum.
+    s.workloads.push(workload(
+        "dup",
+        "p",
+        "c",
+        &["uwsgi".into(), "uwsgi".into(), "n\"".into()],
+    ));
+    s.guard = Some(GuardStatus {
+        dry_run: true,
+        state_quarantined: Some("/var/lib/\"x\n".into()),
+        breakers: vec![BreakerView {
+            namespace: "ns".into(),
+            pod: names[0].clone(),
+            container: names[2].clone(),
+            owner: "o".into(),
+            rule: names[4].clone(),
+            state: "half_open",
+            action: "freeze",
+            reason: "r".into(),
+            value: 1.0,
+            threshold: 0.5,
+            since: 0.0,
+            hold_remaining_seconds: Some(3.0),
+            trips_total: 2,
+            would_act: true,
+        }],
+        pending: vec![PendingView {
+            namespace: names[1].clone(),
+            pod: names[3].clone(),
+            container: "c".into(),
+            rule: names[5].clone(),
+            seconds: 4.0,
+        }],
+        actions: vec![(names[6].clone(), "freeze", "dry_run", 1)],
+        ..GuardStatus::default()
+    });
+    s.samplers.push(SamplerStatus {
+        name: "processes",
+        enabled: true,
+        ..SamplerStatus::default()
+    });
+    s
+}
+
+fn rendered(s: &Snapshot) -> String {
+    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(s.clone())));
+    render(&registry(shared)).expect("render")
+}
+
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: Vec<(String, String)>,
+}
+
+impl Sample {
+    fn label(&self, k: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn is_name(s: &str, colon: bool) -> bool {
+    let ok = |c: char, first: bool| {
+        c == '_' || c.is_ascii_alphabetic() || (colon && c == ':') || (!first && c.is_ascii_digit())
+    };
+    let mut it = s.chars();
+    it.next().is_some_and(|c| ok(c, true)) && it.all(|c| ok(c, false))
+}
+
+/// A strict OpenMetrics text parser for what this agent writes: descriptors, samples with
+/// quoted and escaped label values, `# EOF` last. Returns every sample with its labels
+/// unescaped, or the first bad line.
+fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
+    let body = text
+        .strip_suffix("# EOF\n")
+        .ok_or("the exposition does not end with `# EOF`")?;
+    let mut out = Vec::new();
+    let mut family = String::new();
+    let mut families = HashSet::new();
+    let mut series = HashSet::new();
+    for (i, line) in body.split_terminator('\n').enumerate() {
+        let bad = |why: &str| format!("line {}: {why}: {line:?}", i + 1);
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut parts = rest.splitn(3, ' ');
+            let (kw, name) = (parts.next(), parts.next().unwrap_or(""));
+            if !is_name(name, true) {
+                return Err(bad("bad family name"));
+            }
+            match (kw, parts.next()) {
+                (Some("HELP"), Some(help)) if !help.contains(['\r']) => {}
+                (Some("TYPE"), Some(t))
+                    if ["counter", "gauge", "info", "stateset", "unknown"].contains(&t) =>
+                {
+                    if !families.insert(name.to_owned()) {
+                        return Err(bad("family declared twice"));
+                    }
+                    family = name.to_owned();
+                }
+                (Some("UNIT"), Some(_)) => {}
+                _ => return Err(bad("bad descriptor")),
+            }
+            continue;
+        }
+        let name_end = line.find(['{', ' ']).ok_or_else(|| bad("no value"))?;
+        let name = &line[..name_end];
+        if !is_name(name, true) || !name.starts_with(family.as_str()) || family.is_empty() {
+            return Err(bad("sample outside its family"));
+        }
+        let mut labels = Vec::new();
+        let mut rest = &line[name_end..];
+        if let Some(mut l) = rest.strip_prefix('{') {
+            loop {
+                let eq = l.find('=').ok_or_else(|| bad("label without ="))?;
+                let key = &l[..eq];
+                if !is_name(key, false) || labels.iter().any(|(k, _)| k == key) {
+                    return Err(bad("bad or repeated label name"));
+                }
+                let mut chars = l[eq + 1..]
+                    .strip_prefix('"')
+                    .ok_or_else(|| bad("unquoted label value"))?
+                    .char_indices();
+                let start = eq + 2;
+                let mut value = String::new();
+                let end = loop {
+                    match chars.next() {
+                        None => return Err(bad("unterminated label value")),
+                        Some((j, '"')) => break start + j + 1,
+                        Some((_, '\\')) => match chars.next() {
+                            Some((_, '\\')) => value.push('\\'),
+                            Some((_, '"')) => value.push('"'),
+                            Some((_, 'n')) => value.push('\n'),
+                            _ => return Err(bad("bad escape in label value")),
+                        },
+                        Some((_, c)) => value.push(c),
+                    }
+                };
+                labels.push((key.to_owned(), value));
+                l = &l[end..];
+                if let Some(r) = l.strip_prefix(',') {
+                    l = r;
+                } else if let Some(r) = l.strip_prefix('}') {
+                    rest = r;
+                    break;
+                } else {
+                    return Err(bad("garbage after a label value"));
+                }
+            }
+        }
+        let mut fields = rest
+            .strip_prefix(' ')
+            .ok_or_else(|| bad("no space before the value"))?
+            .split(' ');
+        let value = fields.next().unwrap_or("");
+        if value.parse::<f64>().is_err() || fields.next().is_some() {
+            return Err(bad("bad value"));
+        }
+        let mut key: Vec<_> = labels.clone();
+        key.sort();
+        if !series.insert((name.to_owned(), key)) {
+            return Err(bad("duplicate series"));
+        }
+        out.push(Sample {
+            name: name.to_owned(),
+            labels,
+        });
+    }
+    Ok(out)
+}
+
+#[test]
+fn hostile_names_round_trip_through_the_exposition() {
+    let text = rendered(&hostile_snapshot());
+    let samples = parse_exposition(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert!(samples.iter().all(|s| s.label("node") == Some("a\"b")));
+
+    let comms: BTreeSet<&str> = samples
+        .iter()
+        .filter(|s| s.name == "nodeguard_container_zombie_parent_zombies")
+        .filter(|s| s.label("container") == Some("supervisor"))
+        .filter_map(|s| s.label("parent_comm"))
+        .collect();
+    let names = hostile();
+    assert_eq!(comms, names.iter().map(String::as_str).collect());
+    for n in &names {
+        for key in ["namespace", "pod", "container"] {
+            assert!(
+                samples
+                    .iter()
+                    .any(|s| s.name == "nodeguard_container_processes"
+                        && s.label(key) == Some(n.as_str())),
+                "{key}={n:?} lost"
+            );
+        }
+    }
+    let rules: BTreeSet<&str> = samples.iter().filter_map(|s| s.label("rule")).collect();
+    assert!(rules.contains(names[4].as_str()) && rules.contains(names[5].as_str()));
+    assert!(!samples.iter().any(|s| s.name == "nodeguard_fake"));
+}
+
+#[test]
+fn zombie_parents_are_summed_by_comm_without_pids() {
+    let text = rendered(&hostile_snapshot());
+    let samples = parse_exposition(&text).unwrap_or_else(|e| panic!("{e}"));
+    let dup: Vec<_> = samples
+        .iter()
+        .filter(|s| s.name == "nodeguard_container_zombie_parent_zombies")
+        .filter(|s| s.label("namespace") == Some("dup"))
+        .collect();
+    assert_eq!(dup.len(), 2, "{dup:?}");
+    assert!(dup.iter().all(|s| s.label("parent_pid").is_none()));
+    assert!(text.contains(
+        "nodeguard_container_zombie_parent_zombies{namespace=\"dup\",pod=\"p\",container=\"c\",node=\"a\\\"b\",parent_comm=\"uwsgi\"} 2\n"
+    ));
+}
+
+#[test]
+fn the_line_parser_rejects_what_an_unescaping_encoder_writes() {
+    let raw = "# TYPE m gauge\nm{comm=\"n\"\"} 1\n# EOF\n";
+    assert!(parse_exposition(raw).is_err());
+    let raw = "# TYPE m gauge\nm{comm=\"a\nb\"} 1\n# EOF\n";
+    assert!(parse_exposition(raw).is_err());
+    let ok = "# TYPE m gauge\nm{comm=\"n\\\"\"} 1\n# EOF\n";
+    assert_eq!(parse_exposition(ok).unwrap()[0].label("comm"), Some("n\""));
+}
+
+/// promtool is the Prometheus parser itself. Missing, it fails the test where the suite must
+/// run it (root or CI) and is skipped elsewhere.
+#[test]
+fn promtool_accepts_the_hostile_exposition() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let must = nix::unistd::geteuid().is_root() || std::env::var_os("CI").is_some();
+    let child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) if !must => {
+            eprintln!("SKIP: promtool not found ({e}); install Debian package `prometheus`");
+            return;
+        }
+        Err(e) => panic!("promtool is required as root or in CI (apt-get install prometheus): {e}"),
+    };
+    let text = rendered(&hostile_snapshot());
+    let mut stdin = child.stdin.take().expect("promtool stdin");
+    let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()));
+    let out = child.wait_with_output().expect("promtool ran");
+    match writer.join().expect("writer thread") {
+        // promtool stops reading at the first parse error; its status tells.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => panic!("write to promtool: {e}"),
+        _ => {}
+    }
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    // promtool reads the Prometheus 0.0.4 format: an OpenMetrics counter's `_total` series is
+    // a family of its own there, without help (exit 3). Any other remark or a parse error fails.
+    let remarks: Vec<&str> = stderr
+        .lines()
+        .chain(stdout.lines())
+        .filter(|l| !(l.starts_with("nodeguard_") && l.ends_with("_total no help text")))
+        .collect();
+    assert!(
+        matches!(out.status.code(), Some(0 | 3)) && remarks.is_empty(),
+        "promtool rejected the exposition ({:?}):\n{}",
+        out.status,
+        remarks.join("\n")
+    );
+}
