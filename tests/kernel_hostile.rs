@@ -89,8 +89,9 @@ fn caps(c: &mut Checks, n: &TestNode, http: &[(&str, String)], logs: &[(&str, St
         http: String::new(),
         logs: String::new(),
     };
+    // Cumulative: a key is probed with those accepted before it (cross-field rules apply).
     for (k, v) in http {
-        let probe = format!("http:\n  {k}: {v}\n");
+        let probe = format!("http:\n{}  {k}: {v}\n", out.http);
         let r = accepts(n.dir.path(), &probe);
         if c.check(
             &format!("config key http.{k} exists"),
@@ -101,7 +102,7 @@ fn caps(c: &mut Checks, n: &TestNode, http: &[(&str, String)], logs: &[(&str, St
         }
     }
     for (k, v) in logs {
-        let probe = format!("samplers:\n  logs:\n    {k}: {v}\n");
+        let probe = format!("samplers:\n  logs:\n{}    {k}: {v}\n", out.logs);
         let r = accepts(n.dir.path(), &probe);
         if c.check(
             &format!("config key samplers.logs.{k} exists"),
@@ -687,8 +688,8 @@ fn a_connection_flood_is_bounded_and_closed() {
         &n,
         &[
             ("max_connections", MAX_CONNECTIONS.to_string()),
-            ("header_read_timeout", "2s".into()),
             ("idle_timeout", "2s".into()),
+            ("header_read_timeout", "2s".into()),
         ],
         &[],
     );
