@@ -285,7 +285,7 @@ pub fn free_addr() -> SocketAddr {
 pub struct Sample {
     pub name: String,
     /// Label values unescaped.
-    pub labels: Vec<(String, String)>,
+    pub labels: Labels,
     pub value: f64,
 }
 
@@ -313,9 +313,11 @@ fn label_name_ok(n: &str) -> bool {
 }
 
 /// `{a="x",b="y"}` at the start of `s`: the labels and the rest after `}`.
-fn parse_labels(s: &str) -> Result<(Vec<(String, String)>, &str), String> {
+type Labels = Vec<(String, String)>;
+
+fn parse_labels(s: &str) -> Result<(Labels, &str), String> {
     let mut rest = s.strip_prefix('{').ok_or("expected {")?;
-    let mut out: Vec<(String, String)> = Vec::new();
+    let mut out: Labels = Vec::new();
     if let Some(r) = rest.strip_prefix('}') {
         return Ok((out, r));
     }

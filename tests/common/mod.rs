@@ -544,7 +544,7 @@ impl TestNode {
 
     /// Thaws a container's cgroup, as a runtime does before it stops a frozen container.
     pub fn thaw(&self, c: &Container) {
-        thaw_dir(self.freezer(), &self.rel(&c.cgroup));
+        thaw_dir(self.freezer(), self.rel(&c.cgroup));
     }
 
     /// The pids listed in the container's `cgroup.procs` (freezer hierarchy).
