@@ -99,9 +99,10 @@ impl Agent {
                 .enabled
                 .then(|| MemoryReader::new(layout.primary(), layout.memory_is_v2())),
             s.processes.enabled.then(|| ProcTable::new(p.proc.clone())),
-            s.logs
-                .enabled
-                .then(|| LogTailer::new(p.pod_logs.clone(), s.logs.max_bytes_per_tick)),
+            s.logs.enabled.then(|| {
+                LogTailer::new(p.pod_logs.clone(), s.logs.max_bytes_per_tick)
+                    .with_max_open_files(s.logs.max_open_files)
+            }),
             NetSampler::new(
                 p.proc.clone(),
                 s.sockets.enabled,

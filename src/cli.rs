@@ -44,11 +44,7 @@ pub enum Command {
 pub fn load(path: Option<&PathBuf>) -> Result<Config, String> {
     match path {
         None => Config::default_config().map_err(|e| e.to_string()),
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-            Config::from_yaml(&text).map_err(|e| format!("{}: {e}", p.display()))
-        }
+        Some(p) => Config::from_file(p).map_err(|e| e.to_string()),
     }
 }
 
@@ -184,8 +180,13 @@ fn with_config(path: Option<&PathBuf>, f: impl FnOnce(&Config) -> ExitCode) -> E
 }
 
 fn fmt_unix(t: f64) -> String {
-    let st = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(t.max(0.0));
-    humantime::format_rfc3339_seconds(st).to_string()
+    // State files are range-checked when read; this stays total on any number even so.
+    std::time::Duration::try_from_secs_f64(t)
+        .ok()
+        .filter(|d| d.as_secs() < 253_402_300_800) // humantime stops at year 9999
+        .and_then(|d| std::time::UNIX_EPOCH.checked_add(d))
+        .map(|st| humantime::format_rfc3339_seconds(st).to_string())
+        .unwrap_or_else(|| format!("{t} (unix seconds)"))
 }
 
 fn init_tracing() {

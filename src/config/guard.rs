@@ -1,6 +1,7 @@
 //! The `guard:` section: rules, breaker policy, protections. Raw serde structs, then a compile
 //! step that checks every rule and reports each bad field with its path.
 
+use super::bounds::{Bounds, MAX_COUNT, MAX_DURATION, POSITIVE};
 use super::FieldError;
 use crate::rule::hold::HoldSpec;
 use crate::rule::restart_loop::RestartLoopSpec;
@@ -205,29 +206,43 @@ pub struct GuardConfig {
     pub rules: Vec<Rule>,
 }
 
+/// Largest `max_actions_per_10m`: one action per tick at the shortest interval is 6,000.
+pub const MAX_ACTIONS_PER_10M: u64 = 1000;
+
+/// Largest `burst_restarts` and `bursts` of a restart loop.
+pub const MAX_RESTART_COUNT: u64 = 1000;
+
 pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
-    let mut err = |path: String, message: String| errs.push(FieldError { path, message });
-    if raw.max_actions_per_10m == 0 {
-        err(
-            "guard.max_actions_per_10m".into(),
-            "must be at least 1".into(),
-        );
-    }
-    if raw.freeze_timeout.is_zero() {
-        err(
-            "guard.freeze_timeout".into(),
-            "must be greater than 0".into(),
-        );
-    }
+    let mut b = Bounds::new(errs);
+    b.int(
+        "guard.max_actions_per_10m",
+        raw.max_actions_per_10m.into(),
+        1,
+        MAX_ACTIONS_PER_10M,
+    );
+    b.duration("guard.cooldown", raw.cooldown, Duration::ZERO, MAX_DURATION);
+    b.duration(
+        "guard.probation",
+        raw.probation,
+        Duration::ZERO,
+        MAX_DURATION,
+    );
+    b.duration("guard.max_hold", raw.max_hold, POSITIVE, MAX_DURATION);
+    b.duration(
+        "guard.freeze_timeout",
+        raw.freeze_timeout,
+        POSITIVE,
+        MAX_DURATION,
+    );
     if !raw.state_file.is_absolute() {
-        err(
-            "guard.state_file".into(),
+        b.error(
+            "guard.state_file",
             format!("{} must be an absolute path", raw.state_file.display()),
         );
     }
     if !raw.webhook_url.is_empty() && crate::action::notify::split_url(&raw.webhook_url).is_none() {
-        err(
-            "guard.webhook_url".into(),
+        b.error(
+            "guard.webhook_url",
             format!(
                 "{:?} is not an http://host[:port]/path URL",
                 raw.webhook_url
@@ -238,48 +253,62 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
     for (i, r) in raw.rules.iter().enumerate() {
         let p = |f: &str| format!("guard.rules[{i}].{f}");
         if r.name.is_empty() {
-            err(p("name"), "must not be empty".into());
+            b.error(&p("name"), "must not be empty");
         } else if raw.rules[..i].iter().any(|o| o.name == r.name) {
-            err(
-                p("name"),
+            b.error(
+                &p("name"),
                 format!("{:?} is used by an earlier rule", r.name),
             );
         }
         let hold = match (r.hold, r.action) {
-            (Some(RawHold::For(d)), _) if d.is_zero() => {
-                err(p("hold"), "must be greater than 0".into());
+            (Some(RawHold::For(d)), _) => {
+                b.duration(&p("hold"), d, POSITIVE, MAX_DURATION);
                 HoldPolicy::For(d)
             }
-            (Some(RawHold::For(d)), _) => HoldPolicy::For(d),
             (Some(RawHold::UntilNewRevision), _) => HoldPolicy::UntilNewRevision,
             // A report-only rule opens a breaker for the metrics; it holds nothing.
             (None, ActionKind::Report) => HoldPolicy::For(Duration::from_secs(3600)),
             (None, _) => {
-                err(
-                    p("hold"),
-                    "required for freeze and kill (a duration or \"until_new_revision\")".into(),
+                b.error(
+                    &p("hold"),
+                    "required for freeze and kill (a duration or \"until_new_revision\")",
                 );
                 HoldPolicy::For(Duration::from_secs(1))
             }
         };
         let condition = match (&r.signal, &r.restart_loop) {
             (Some(_), Some(_)) | (None, None) => {
-                err(
-                    p("signal"),
-                    "exactly one of `signal` and `restart_loop` is required".into(),
+                b.error(
+                    &p("signal"),
+                    "exactly one of `signal` and `restart_loop` is required",
                 );
                 continue;
             }
             (None, Some(l)) => {
                 for (f, v) in [("burst_restarts", l.burst_restarts), ("bursts", l.bursts)] {
-                    if v == 0 {
-                        err(p(&format!("restart_loop.{f}")), "must be at least 1".into());
-                    }
+                    b.int(
+                        &p(&format!("restart_loop.{f}")),
+                        v.into(),
+                        1,
+                        MAX_RESTART_COUNT,
+                    );
                 }
-                if l.burst_window.is_zero() || l.window < l.burst_window {
-                    err(
-                        p("restart_loop.window"),
-                        "needs 0 < burst_window <= window".into(),
+                let burst_ok = b.duration(
+                    &p("restart_loop.burst_window"),
+                    l.burst_window,
+                    POSITIVE,
+                    MAX_DURATION,
+                );
+                let window_ok = b.duration(
+                    &p("restart_loop.window"),
+                    l.window,
+                    Duration::ZERO,
+                    MAX_DURATION,
+                );
+                if burst_ok && window_ok && l.window < l.burst_window {
+                    b.error(
+                        &p("restart_loop.window"),
+                        "needs 0 < burst_window <= window",
                     );
                 }
                 Condition::RestartLoop(RestartLoopSpec {
@@ -291,53 +320,57 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
             }
             (Some(signal), None) => {
                 let Some(above) = r.above else {
-                    err(p("above"), "required with `signal`".into());
+                    b.error(&p("above"), "required with `signal`");
                     continue;
                 };
                 let fraction = matches!(
                     signal,
                     SignalKind::MemoryWorkingSetFraction | SignalKind::NodeConntrackFraction
                 );
-                if fraction && !(0.0..=1.0).contains(&above) {
-                    err(
-                        p("above"),
-                        format!("{above} is not a fraction in 0..=1 for {signal:?}"),
-                    );
-                }
-                if !fraction && above < 0.0 {
-                    err(p("above"), "must not be negative".into());
-                }
+                // Counts are compared as f64: past 2^53 they are no longer exact.
+                let max = if fraction { 1.0 } else { MAX_COUNT };
+                let above_ok = b.float(&p("above"), above, 0.0, max);
                 let clear_below = r.clear_below.unwrap_or(above);
-                if clear_below > above {
-                    err(
-                        p("clear_below"),
+                if above_ok
+                    && b.float(&p("clear_below"), clear_below, 0.0, max)
+                    && clear_below > above
+                {
+                    b.error(
+                        &p("clear_below"),
                         format!("{clear_below} must not exceed above ({above})"),
                     );
                 }
                 let floor = match (signal.scope(), r.contributor_floor) {
-                    (Scope::Node, Some(f)) => f,
+                    (Scope::Node, Some(f)) => {
+                        b.float(&p("contributor_floor"), f, 0.0, MAX_COUNT);
+                        f
+                    }
                     (Scope::Node, None) => {
-                        err(
-                            p("contributor_floor"),
-                            "node rules act on the top contributor only above this floor: required"
-                                .into(),
+                        b.error(
+                            &p("contributor_floor"),
+                            "node rules act on the top contributor only above this floor: required",
                         );
                         0.0
                     }
                     (_, Some(_)) => {
-                        err(p("contributor_floor"), "only for node signals".into());
+                        b.error(&p("contributor_floor"), "only for node signals");
                         0.0
                     }
                     (_, None) => 0.0,
                 };
                 let hold_for = r.hold_for.unwrap_or_default();
+                b.duration(&p("for"), hold_for, Duration::ZERO, MAX_DURATION);
+                let clear_for = r.clear_for.unwrap_or(hold_for);
+                if r.clear_for.is_some() {
+                    b.duration(&p("clear_for"), clear_for, Duration::ZERO, MAX_DURATION);
+                }
                 Condition::Threshold {
                     signal: *signal,
                     spec: HoldSpec {
                         above,
                         clear_below,
                         hold_for,
-                        clear_for: r.clear_for.unwrap_or(hold_for),
+                        clear_for,
                     },
                     contributor_floor: floor,
                 }

@@ -1,13 +1,16 @@
 //! Configuration: YAML -> typed sections -> validated `Config`. Every problem is reported with its
 //! field path, all in one run; only `main` turns them into an exit code.
 
+pub mod bounds;
+mod collect;
 pub mod guard;
+pub mod limits;
 
-use serde::de::DeserializeOwned;
+use bounds::{Bounds, MAX_DURATION};
 use serde::Deserialize;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The commented example shipped with the agent; `nodeguard` with no `--config` runs on it.
@@ -86,6 +89,8 @@ pub struct LogsSampler {
     pub enabled: bool,
     /// Upper bound of log bytes read in one tick; the rest is read at the next ticks.
     pub max_bytes_per_tick: u64,
+    /// Log files held open at once (current files, and older ones until drained).
+    pub max_open_files: usize,
 }
 
 impl Default for LogsSampler {
@@ -93,9 +98,13 @@ impl Default for LogsSampler {
         LogsSampler {
             enabled: true,
             max_bytes_per_tick: 256 << 20,
+            max_open_files: crate::sample::logs::tailer::DEFAULT_MAX_OPEN_FILES,
         }
     }
 }
+
+/// Largest `samplers.logs.max_open_files`; the agent lowers it further to half its fd limit.
+pub const MAX_LOG_OPEN_FILES: usize = 1 << 20;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -214,61 +223,88 @@ impl Config {
         Config::from_yaml(DEFAULT_YAML)
     }
 
+    /// Reads and checks a config file, refusing files over [`limits::MAX_FILE_BYTES`] without
+    /// reading them whole. Used by the agent and by `check-config` alike.
+    pub fn from_file(path: &Path) -> Result<Config, LoadError> {
+        use std::io::Read;
+        let io = |source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut text = String::new();
+        // One byte over the cap is enough to know it is too large.
+        file.take(limits::MAX_FILE_BYTES as u64 + 1)
+            .read_to_string(&mut text)
+            .map_err(io)?;
+        Config::from_yaml(&text).map_err(|errors| LoadError::Invalid {
+            path: path.to_path_buf(),
+            errors,
+        })
+    }
+
     pub fn from_yaml(text: &str) -> Result<Config, ConfigErrors> {
-        let mut errs = Vec::new();
+        let document = |message: String| {
+            ConfigErrors(vec![FieldError {
+                path: "(document)".into(),
+                message,
+            }])
+        };
+        limits::check_text(text).map_err(document)?;
+        limits::check_nodes(text).map_err(|e| document(e.to_string()))?;
         let root: serde_yaml::Value = match serde_yaml::from_str(text) {
             Ok(serde_yaml::Value::Null) => serde_yaml::Value::Mapping(Default::default()),
             Ok(v) => v,
-            Err(e) => {
-                return Err(ConfigErrors(vec![FieldError {
-                    path: "(document)".into(),
-                    message: e.to_string(),
-                }]))
-            }
+            Err(e) => return Err(document(e.to_string())),
         };
         let Some(map) = root.as_mapping() else {
-            return Err(ConfigErrors(vec![FieldError {
-                path: "(document)".into(),
-                message: "expected a mapping of sections".into(),
-            }]));
+            return Err(document("expected a mapping of sections".into()));
         };
+        // Type errors (paths as written) and validation errors (paths into the pruned tree,
+        // translated at the end).
+        let mut type_errs = Vec::new();
+        let mut pruned = collect::Pruned::default();
         for key in map.keys() {
             match key.as_str() {
                 Some(k) if SECTIONS.contains(&k) => {}
-                _ => errs.push(FieldError {
+                _ => type_errs.push(FieldError {
                     path: yaml_key(key),
                     message: format!("unknown field, expected one of: {}", SECTIONS.join(", ")),
                 }),
             }
         }
-        let listen: String =
-            section(map, "listen", &mut errs).unwrap_or_else(|| "0.0.0.0:9913".into());
-        let http: Http = section(map, "http", &mut errs).unwrap_or_default();
-        let interval: Option<HumanDuration> = section(map, "interval", &mut errs);
-        let node_name: String = section(map, "node_name", &mut errs).unwrap_or_default();
-        let paths: Paths = section(map, "paths", &mut errs).unwrap_or_default();
-        let discovery: Discovery = section(map, "discovery", &mut errs).unwrap_or_default();
-        let samplers: Samplers = section(map, "samplers", &mut errs).unwrap_or_default();
-        let raw_guard: guard::RawGuard = section(map, "guard", &mut errs).unwrap_or_default();
-        let guard = guard::compile(raw_guard, &mut errs);
+        macro_rules! read {
+            ($key:literal) => {
+                map.get($key)
+                    .and_then(|v| collect::section($key, v, &mut type_errs, &mut pruned))
+            };
+        }
+        let listen: String = read!("listen").unwrap_or_else(|| "0.0.0.0:9913".into());
+        let http: Http = read!("http").unwrap_or_default();
+        let interval: Option<HumanDuration> = read!("interval");
+        let node_name: String = read!("node_name").unwrap_or_default();
+        let paths: Paths = read!("paths").unwrap_or_default();
+        let discovery: Discovery = read!("discovery").unwrap_or_default();
+        let samplers: Samplers = read!("samplers").unwrap_or_default();
+        let raw_guard: guard::RawGuard = read!("guard").unwrap_or_default();
 
+        let mut errs = Vec::new();
+        let guard = guard::compile(raw_guard, &mut errs);
+        let mut b = Bounds::new(&mut errs);
         let listen = match listen.parse::<SocketAddr>() {
             Ok(a) => Some(a),
             Err(e) => {
-                errs.push(FieldError {
-                    path: "listen".into(),
-                    message: format!("{listen:?} is not host:port ({e})"),
-                });
+                b.error("listen", format!("{listen:?} is not host:port ({e})"));
                 None
             }
         };
         let interval = interval.map(|d| d.0).unwrap_or(Duration::from_secs(5));
-        if interval < Duration::from_millis(100) || interval > Duration::from_secs(3600) {
-            errs.push(FieldError {
-                path: "interval".into(),
-                message: format!("{interval:?} is outside 100ms..1h"),
-            });
-        }
+        b.duration(
+            "interval",
+            interval,
+            Duration::from_millis(100),
+            Duration::from_secs(3600),
+        );
         for (name, p) in [
             ("paths.proc", &paths.proc),
             ("paths.cgroup", &paths.cgroup),
@@ -276,53 +312,66 @@ impl Config {
             ("paths.container_logs", &paths.container_logs),
         ] {
             if !p.is_absolute() {
-                errs.push(FieldError {
-                    path: name.into(),
-                    message: format!("{} must be an absolute path", p.display()),
-                });
+                b.error(name, format!("{} must be an absolute path", p.display()));
             }
         }
         if discovery.scopes.is_empty() {
-            errs.push(FieldError {
-                path: "discovery.scopes".into(),
-                message: "needs at least one cgroup path (\"/\" for the whole tree)".into(),
-            });
+            b.error(
+                "discovery.scopes",
+                "needs at least one cgroup path (\"/\" for the whole tree)",
+            );
         }
         for (i, s) in discovery.scopes.iter().enumerate() {
             if !s.starts_with('/') || s.split('/').any(|c| c == "..") {
-                errs.push(FieldError {
-                    path: format!("discovery.scopes[{i}]"),
-                    message: format!("{s:?} must be an absolute cgroup path without '..'"),
-                });
+                b.error(
+                    &format!("discovery.scopes[{i}]"),
+                    format!("{s:?} must be an absolute cgroup path without '..'"),
+                );
             }
         }
         let ct = &samplers.conntrack;
-        if !(0.0..=1.0).contains(&ct.dump_trigger) {
-            errs.push(FieldError {
-                path: "samplers.conntrack.dump_trigger".into(),
-                message: format!("{} is not a fraction in 0..=1", ct.dump_trigger),
-            });
-        }
-        if ct.dump_interval < Duration::from_secs(1) {
-            errs.push(FieldError {
-                path: "samplers.conntrack.dump_interval".into(),
-                message: format!("{:?} is below 1s", ct.dump_interval),
-            });
-        }
+        b.float("samplers.conntrack.dump_trigger", ct.dump_trigger, 0.0, 1.0);
+        b.duration(
+            "samplers.conntrack.dump_interval",
+            ct.dump_interval,
+            Duration::from_secs(1),
+            MAX_DURATION,
+        );
         if !ct.host_netns.as_os_str().is_empty() && !ct.host_netns.is_absolute() {
-            errs.push(FieldError {
-                path: "samplers.conntrack.host_netns".into(),
-                message: format!("{} must be an absolute path", ct.host_netns.display()),
+            b.error(
+                "samplers.conntrack.host_netns",
+                format!("{} must be an absolute path", ct.host_netns.display()),
+            );
+        }
+        b.int(
+            "samplers.logs.max_bytes_per_tick",
+            samplers.logs.max_bytes_per_tick,
+            1,
+            MAX_LOG_BYTES_PER_TICK,
+        );
+        b.int(
+            "samplers.logs.max_open_files",
+            samplers.logs.max_open_files as u64,
+            1,
+            MAX_LOG_OPEN_FILES as u64,
+        );
+        check_http(&http, &mut b);
+        type_errs.extend(errs.into_iter().filter_map(|e| {
+            pruned
+                .translate(&e.path)
+                .map(|path| FieldError { path, ..e })
+        }));
+        if pruned.capped || type_errs.len() > collect::MAX_ERRORS {
+            type_errs.truncate(collect::MAX_ERRORS);
+            type_errs.push(FieldError {
+                path: "(document)".into(),
+                message: format!(
+                    "more than {} errors; the rest are not reported",
+                    collect::MAX_ERRORS
+                ),
             });
         }
-        if samplers.logs.max_bytes_per_tick == 0 {
-            errs.push(FieldError {
-                path: "samplers.logs.max_bytes_per_tick".into(),
-                message: "must be greater than 0".into(),
-            });
-        }
-        check_http(&http, &mut errs);
-        match (errs.is_empty(), listen) {
+        match (type_errs.is_empty(), listen) {
             (true, Some(listen)) => Ok(Config {
                 listen,
                 http,
@@ -333,44 +382,48 @@ impl Config {
                 samplers,
                 guard,
             }),
-            _ => Err(ConfigErrors(errs)),
+            _ => Err(ConfigErrors(type_errs)),
         }
     }
 }
 
-fn check_http(h: &Http, errs: &mut Vec<FieldError>) {
-    if !(1..=MAX_HTTP_CONNECTIONS).contains(&h.max_connections) {
-        errs.push(FieldError {
-            path: "http.max_connections".into(),
-            message: format!(
-                "{} is outside 1..={MAX_HTTP_CONNECTIONS}",
-                h.max_connections
-            ),
-        });
-    }
+fn check_http(h: &Http, b: &mut Bounds) {
+    b.int(
+        "http.max_connections",
+        h.max_connections as u64,
+        1,
+        MAX_HTTP_CONNECTIONS as u64,
+    );
     let (lo, hi) = (Duration::from_millis(100), Duration::from_secs(600));
-    for (path, d) in [
-        ("http.header_read_timeout", h.header_read_timeout),
-        ("http.idle_timeout", h.idle_timeout),
-        ("http.write_timeout", h.write_timeout),
-    ] {
-        if d < lo || d > hi {
-            errs.push(FieldError {
-                path: path.into(),
-                message: format!("{d:?} is outside 100ms..10m"),
-            });
-        }
-    }
+    b.duration("http.header_read_timeout", h.header_read_timeout, lo, hi);
+    b.duration("http.idle_timeout", h.idle_timeout, lo, hi);
+    b.duration("http.write_timeout", h.write_timeout, lo, hi);
     // Both timers start when the server waits for a request: a longer idle one never fires.
     if h.idle_timeout > h.header_read_timeout {
-        errs.push(FieldError {
-            path: "http.idle_timeout".into(),
-            message: format!(
+        b.error(
+            "http.idle_timeout",
+            format!(
                 "{:?} exceeds http.header_read_timeout ({:?}), which would close an idle connection first",
                 h.idle_timeout, h.header_read_timeout
             ),
-        });
+        );
     }
+}
+
+/// Largest `samplers.logs.max_bytes_per_tick` (a read budget, not a buffer): 16 GiB.
+pub const MAX_LOG_BYTES_PER_TICK: u64 = 16 << 30;
+
+/// Why a config file could not be loaded; both name the file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {errors}", path.display())]
+    Invalid { path: PathBuf, errors: ConfigErrors },
 }
 
 fn yaml_key(k: &serde_yaml::Value) -> String {
@@ -380,31 +433,6 @@ fn yaml_key(k: &serde_yaml::Value) -> String {
             .unwrap_or_default()
             .trim()
             .to_owned(),
-    }
-}
-
-/// Deserializes one section, recording a type error with its full field path.
-fn section<T: DeserializeOwned>(
-    map: &serde_yaml::Mapping,
-    key: &str,
-    errs: &mut Vec<FieldError>,
-) -> Option<T> {
-    let v = map.get(key)?;
-    match serde_path_to_error::deserialize::<_, T>(v.clone()) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            let inner = e.path().to_string();
-            let path = if inner == "." || inner.is_empty() {
-                key.to_owned()
-            } else {
-                format!("{key}.{inner}")
-            };
-            errs.push(FieldError {
-                path,
-                message: e.into_inner().to_string(),
-            });
-            None
-        }
     }
 }
 
@@ -490,5 +518,193 @@ mod tests {
     fn syntax_errors_are_reported() {
         let errs = Config::from_yaml("listen: [\n").unwrap_err().0;
         assert_eq!(errs[0].path, "(document)");
+    }
+
+    /// Every leaf of `yaml` with its path, as the errors name them.
+    fn leaves(v: &serde_yaml::Value, path: String, out: &mut Vec<(String, serde_yaml::Value)>) {
+        match v {
+            serde_yaml::Value::Mapping(m) => {
+                for (k, v) in m {
+                    let k = yaml_key(k);
+                    let p = if path.is_empty() {
+                        k
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    leaves(v, p, out);
+                }
+            }
+            serde_yaml::Value::Sequence(s) => {
+                for (i, v) in s.iter().enumerate() {
+                    leaves(v, format!("{path}[{i}]"), out);
+                }
+            }
+            other => out.push((path, other.clone())),
+        }
+    }
+
+    fn set(root: &mut serde_yaml::Value, path: &str, to: serde_yaml::Value) {
+        let mut node = root;
+        for part in path.split('.') {
+            let (name, idx) = part.split_once('[').unwrap_or((part, ""));
+            node = &mut node[name];
+            for i in idx.split('[').filter(|s| !s.is_empty()) {
+                node = &mut node[i.trim_end_matches(']').parse::<usize>().unwrap()];
+            }
+        }
+        *node = to;
+    }
+
+    /// The shipped config plus the optional rule fields it does not spell out.
+    fn every_field() -> serde_yaml::Value {
+        let mut root: serde_yaml::Value = serde_yaml::from_str(DEFAULT_YAML).unwrap();
+        set(&mut root, "guard.rules[0].clear_below", 500.into());
+        set(&mut root, "guard.rules[3].clear_below", 0.8.into());
+        set(&mut root, "guard.rules[2].clear_for", "1m".into());
+        assert!(Config::from_yaml(&serde_yaml::to_string(&root).unwrap()).is_ok());
+        root
+    }
+
+    #[test]
+    fn every_duration_and_number_is_bounded() {
+        let root = every_field();
+        let mut all = Vec::new();
+        leaves(&root, String::new(), &mut all);
+        let mut checked = 0;
+        for (path, v) in all {
+            let huge: &[serde_yaml::Value] = match &v {
+                serde_yaml::Value::String(s) if humantime::parse_duration(s).is_ok() => {
+                    &["400000000000y".into(), "367d".into()]
+                }
+                serde_yaml::Value::Number(_) => &[
+                    f64::NAN.into(),
+                    f64::INFINITY.into(),
+                    f64::NEG_INFINITY.into(),
+                    1e300.into(),
+                    (-1).into(),
+                    u64::MAX.into(),
+                ],
+                _ => continue,
+            };
+            for bad in huge {
+                let mut r = root.clone();
+                set(&mut r, &path, bad.clone());
+                let text = serde_yaml::to_string(&r).unwrap();
+                let errs = Config::from_yaml(&text)
+                    .expect_err(&format!("{path}: {bad:?}"))
+                    .0;
+                assert!(
+                    errs.iter().any(|e| e.path == path),
+                    "{path} = {bad:?} reported as {errs:?}"
+                );
+                checked += 1;
+            }
+        }
+        // 11 durations and 9 numbers in the shipped config plus the three above.
+        assert!(checked >= 80, "{checked}");
+    }
+
+    #[test]
+    fn overflowing_durations_and_nan_thresholds_are_rejected() {
+        let text = "interval: 1h\nguard:\n  freeze_timeout: 400000000000y\n  rules:\n    - {name: a, signal: tcp_sockets, above: .nan, action: report}\n    - {name: b, signal: tcp_sockets, above: 5, clear_below: .inf, action: report}\n    - {name: c, signal: node_zombies, above: 5, contributor_floor: -.inf, for: 999999999d, action: report}\n";
+        let errs = Config::from_yaml(text).unwrap_err().0;
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "guard.freeze_timeout",
+                "guard.rules[0].above",
+                "guard.rules[1].clear_below",
+                "guard.rules[2].contributor_floor",
+                "guard.rules[2].for",
+            ]
+        );
+        assert!(
+            errs[1].message.contains("not a finite number"),
+            "{}",
+            errs[1].message
+        );
+    }
+
+    #[test]
+    fn all_type_errors_of_all_sections_in_one_run() {
+        let text = "interval: soon\nsamplers:\n  memory:\n    enabled: maybe\n  logs:\n    enabled: 3\n    max_bytes_per_tick: lots\n  colour: red\nguard:\n  dry_run: perhaps\n  rules:\n    - {name: a, signal: tcp_sockets, above: 1, action: explode}\n    - {name: b, signal: tcp_sockets, above: x, for: soon, action: report}\n    - {name: '', signal: tcp_sockets, above: 1, action: report}\n";
+        let errs = Config::from_yaml(text).unwrap_err().0;
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "interval",
+                "samplers.memory.enabled",
+                "samplers.logs.enabled",
+                "samplers.logs.max_bytes_per_tick",
+                "samplers.colour",
+                "guard.dry_run",
+                "guard.rules[0].action",
+                "guard.rules[1].above",
+                "guard.rules[1].for",
+                // Validation still runs, on the user's own index after rule 0 was dropped.
+                "guard.rules[2].name",
+            ]
+        );
+        assert!(
+            errs[4].message.contains("unknown field"),
+            "{}",
+            errs[4].message
+        );
+    }
+
+    #[test]
+    fn oversized_and_deeply_nested_text_is_rejected_before_parsing() {
+        for text in [
+            "[".repeat(100_000),
+            "{a: ".repeat(25_000),
+            format!("node_name: x\n#{}\n", " ".repeat(limits::MAX_FILE_BYTES)),
+        ] {
+            let errs = Config::from_yaml(&text).unwrap_err().0;
+            assert_eq!(errs.len(), 1, "{errs:?}");
+            assert_eq!(errs[0].path, "(document)");
+            assert!(errs[0].message.contains("more than"), "{}", errs[0].message);
+        }
+        // Block nesting is cut by serde_yaml's own recursion limit.
+        let mut deep = String::new();
+        for d in 0..500 {
+            deep.push_str(&format!("{}a:\n", " ".repeat(d)));
+        }
+        let errs = Config::from_yaml(&deep).unwrap_err().0;
+        assert!(errs[0].message.contains("recursion limit"), "{errs:?}");
+    }
+
+    #[test]
+    fn from_file_reads_no_more_than_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.yaml");
+        std::fs::write(&big, "#".repeat(limits::MAX_FILE_BYTES * 4)).unwrap();
+        let e = Config::from_file(&big).unwrap_err().to_string();
+        assert!(e.contains("big.yaml") && e.contains("limit"), "{e}");
+        let ok = dir.path().join("ok.yaml");
+        std::fs::write(&ok, DEFAULT_YAML).unwrap();
+        assert_eq!(
+            Config::from_file(&ok).unwrap(),
+            Config::default_config().unwrap()
+        );
+        let e = Config::from_file(&dir.path().join("none.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("cannot read"), "{e}");
+    }
+
+    #[test]
+    fn errors_are_capped_with_one_notice() {
+        let rules: String = (0..300)
+            .map(|i| format!("    - name: r{i}\n      signal: tcp_sockets\n      above: x\n      action: report\n"))
+            .collect();
+        let bogus: String = (0..300).map(|i| format!("bogus{i}: 1\n")).collect();
+        let errs = Config::from_yaml(&format!("{bogus}guard:\n  rules:\n{rules}"))
+            .unwrap_err()
+            .0;
+        assert_eq!(errs.len(), collect::MAX_ERRORS + 1);
+        let notices = errs.iter().filter(|e| e.message.contains("not reported"));
+        assert_eq!(notices.count(), 1);
     }
 }

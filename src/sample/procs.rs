@@ -7,7 +7,6 @@
 
 use crate::error::{ParseError, ReadError};
 use crate::fsio::{read_into, read_optional};
-use procfs_core::FromRead;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -20,14 +19,82 @@ pub struct ProcEntry {
     pub comm: String,
 }
 
-/// Pure: `/proc/<pid>/stat`. The comm may hold spaces and parentheses; procfs-core splits on the
-/// last `)`, which is the only safe way.
+/// The fields of `/proc/<pid>/stat` the agent uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    pub pid: u32,
+    pub comm: String,
+    pub state: char,
+    pub ppid: u32,
+    /// Clock ticks.
+    pub utime: u64,
+    pub stime: u64,
+    /// Clock ticks after boot.
+    pub starttime: u64,
+    /// Pages.
+    pub rss: u64,
+}
+
+/// Pure: `/proc/<pid>/stat`. Our own parser rather than procfs-core's `Stat::from_read`, which
+/// slices by index and panics on text that is not the kernel's (release aborts on panic).
+/// The comm may hold spaces and parentheses: it runs from the first `(` to the last `)`.
+pub fn parse_stat_fields(bytes: &[u8]) -> Result<Stat, ParseError> {
+    let open = memchr::memchr(b'(', bytes).ok_or_else(|| ParseError::new("stat without '('"))?;
+    let close = memchr::memrchr(b')', bytes)
+        .filter(|c| *c > open)
+        .ok_or_else(|| ParseError::new("stat without ')' after '('"))?;
+    let pid = std::str::from_utf8(&bytes[..open])
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .ok_or_else(|| ParseError::new("stat: bad pid"))?;
+    // Non-UTF-8 bytes in a comm are the process's own choice: shown replaced, not an error.
+    let comm = String::from_utf8_lossy(&bytes[open + 1..close]).into_owned();
+    // After the comm: field 3 (state) is index 0, so field n is index n - 3.
+    let mut fields = bytes[close + 1..]
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty());
+    // Fields are taken in increasing order; `at` counts those consumed.
+    let mut at = 0;
+    let mut field = |n: usize| -> Result<&[u8], ParseError> {
+        let f = fields
+            .nth(n - 3 - at)
+            .ok_or_else(|| ParseError::new(format!("stat: no field {n}")))?;
+        at = n - 2;
+        Ok(f)
+    };
+    let number = |f: &[u8], n: usize| -> Result<u64, ParseError> {
+        std::str::from_utf8(f)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| ParseError::new(format!("stat: bad field {n}")))
+    };
+    let state = match field(3)? {
+        [c] if c.is_ascii_alphabetic() => char::from(*c),
+        _ => return Err(ParseError::new("stat: bad state")),
+    };
+    // ppid is 0 for pid 1 and kernel threads' parent; never negative in practice.
+    let ppid = std::str::from_utf8(field(4)?)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or_else(|| ParseError::new("stat: bad field 4"))?;
+    Ok(Stat {
+        pid,
+        comm,
+        state,
+        ppid: u32::try_from(ppid).unwrap_or(0),
+        utime: number(field(14)?, 14)?,
+        stime: number(field(15)?, 15)?,
+        starttime: number(field(22)?, 22)?,
+        rss: number(field(24)?, 24)?,
+    })
+}
+
+/// Pure: the process-table entry of a `/proc/<pid>/stat`.
 pub fn parse_stat(bytes: &[u8]) -> Result<ProcEntry, ParseError> {
-    let st = procfs_core::process::Stat::from_read(bytes)
-        .map_err(|e| ParseError::new(format!("bad stat: {e}")))?;
+    let st = parse_stat_fields(bytes)?;
     Ok(ProcEntry {
-        pid: u32::try_from(st.pid).map_err(|_| ParseError::new("negative pid"))?,
-        ppid: u32::try_from(st.ppid).unwrap_or(0),
+        pid: st.pid,
+        ppid: st.ppid,
         state: st.state,
         comm: st.comm,
     })
@@ -150,6 +217,35 @@ mod tests {
         assert_eq!(parse_stat(sleeping).unwrap().state, 'S');
         assert!(parse_stat(b"garbage").is_err());
         assert!(parse_stat(b"").is_err());
+    }
+
+    #[test]
+    fn stat_fields_by_position() {
+        let line = b"77 (a) b) R 1 77 77 0 -1 4194560 5 0 0 0 300 40 0 0 20 0 1 0 9999 1000000 321 18446744073709551615 0 0\n";
+        let st = parse_stat_fields(line).unwrap();
+        assert_eq!(
+            (st.comm.as_str(), st.utime, st.stime, st.starttime, st.rss),
+            ("a) b", 300, 40, 9999, 321)
+        );
+    }
+
+    #[test]
+    fn non_kernel_stat_text_is_an_error_not_a_panic() {
+        // Each of these panicked in procfs-core's Stat::from_read (slicing before the pid, a `)`
+        // before the `(`, nothing after the `)`).
+        for text in [
+            &b"(x) R 1"[..],
+            b") (",
+            b"1 (x)",
+            b"1 (x",
+            b"1 x) R",
+            b"\xff (\xff) R",
+        ] {
+            assert!(parse_stat(text).is_err(), "{text:?}");
+        }
+        assert!(parse_stat(b"1 (x) R 0").is_err(), "truncated");
+        let bad_utf8 = b"5 (\xffz) S 1 5 5 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 3 0 4 0";
+        assert_eq!(parse_stat(bad_utf8).unwrap().comm, "\u{fffd}z");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The agent's own cost: CPU, resident memory and open descriptors, read once per tick.
 
-use crate::error::{ParseError, ReadError};
+use super::procs::parse_stat_fields;
+use crate::error::ReadError;
 use crate::fsio::read_into;
-use procfs_core::FromRead;
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -42,15 +42,14 @@ impl SelfReader {
         if !read_into(&path, &mut buf)? {
             return Ok(None);
         }
-        let st = procfs_core::process::Stat::from_read(&buf[..])
-            .map_err(|e| ReadError::parse(&path, ParseError::new(e.to_string())))?;
+        let st = parse_stat_fields(&buf).map_err(|e| ReadError::parse(&path, e))?;
         let fd_dir = self.dir.join("fd");
         let open_fds = std::fs::read_dir(&fd_dir)
             .map_err(|e| ReadError::io(&fd_dir, e))?
             .count() as u64;
         Ok(Some(SelfStat {
-            cpu_seconds: (st.utime + st.stime) as f64 / self.ticks_per_second,
-            rss_bytes: st.rss * self.page_size,
+            cpu_seconds: (st.utime as f64 + st.stime as f64) / self.ticks_per_second,
+            rss_bytes: st.rss.saturating_mul(self.page_size),
             open_fds,
         }))
     }
