@@ -798,7 +798,8 @@ fn a_connection_flood_is_bounded_and_closed() {
     let held = total - closed_at_once.unwrap_or(0);
     eprintln!(
         "flood: {} idle + {} slowloris connections opened in {} ms ({connect_failed} connects \
-         failed); {} closed by the agent at once, {held} held; closed by the end: {closed_idle_n} \
+         failed); {} already closed by the agent once all were open (over the cap, or timed out while \
+         the rest opened), {held} held then; closed by the end: {closed_idle_n} \
          idle, {closed_slow_n} slowloris, all after {:?} ms; agent fds idle {idle_fds}, max \
          {max_fds}; /healthz first answered at round {healthz:?} ({healthz_failed} probes failed \
          before)",
