@@ -1,6 +1,9 @@
 //! Real-kernel tests of the streaming conntrack dump: a private netns per test, UDP entries made by
 //! sending datagrams to closed ports on loopback only, counts cross-checked with `conntrack -C`.
-//! Skipped (with a SKIP line) unless running as root with `ip`, `nft`, `nsenter` and `conntrack`.
+//! Needs root with `ip`, `nft`, `nsenter` and `conntrack`: a missing tool fails the test as root or
+//! with `CI` set; it skips (with a SKIP line) only where it cannot run at all (not root, CI unset).
+
+mod common;
 
 use nodeguard::sample::net::conntrack::netns_entries;
 use nodeguard::sample::net::ctnetlink::{ConntrackDump, CtError, CtTuple};
@@ -12,23 +15,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
-
-fn have_tools() -> Result<(), String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Err("not root".into());
-    }
-    for tool in ["ip", "nft", "nsenter", "conntrack", "sysctl"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if !found {
-            return Err(format!("{tool} not installed"));
-        }
-    }
-    Ok(())
-}
 
 fn run(cmd: &str, args: &[&str]) -> String {
     let out = Command::new(cmd)
@@ -184,10 +170,12 @@ fn vm_kib(field: &str) -> u64 {
         .unwrap()
 }
 
+/// Root and the tools (`common::net::unavailable`), or a SKIP line where the test need not run;
+/// as root or with `CI` set a missing prerequisite fails the test (`common::cannot_run`).
 macro_rules! require_root_and_tools {
     () => {
-        if let Err(why) = have_tools() {
-            eprintln!("SKIP: {why}");
+        if let Some(why) = common::net::unavailable() {
+            common::cannot_run(&why);
             return;
         }
     };

@@ -22,7 +22,8 @@ const NET_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: nodeguard-testload [--netns NETNS_FILE] [--join PROCS_FILE]... [--comm NAME] <mode>\n\
+        "usage: nodeguard-testload [--netns NETNS_FILE] [--join PROCS_FILE]... [--comm NAME]\n       \
+         [--comm-hex HEX] <mode>\n\
          modes: idle | zombies N | alloc BYTES | oom BYTES\n       \
          | listen ADDR | connect ADDR TCP_N UDP_N\n       \
          | storm ADDR CYCLES --log FILE [--cycle-ms MS] [--max-loops N]\n       \
@@ -43,7 +44,12 @@ fn main() -> ExitCode {
         };
         match flag.as_str() {
             "--join" => joins.push(value),
-            "--comm" => comm = Some(value),
+            "--comm" => comm = Some(value.into_bytes()),
+            // Any bytes (not UTF-8, a newline): what a hostile workload may name itself.
+            "--comm-hex" => match hex(&value) {
+                Some(b) => comm = Some(b),
+                None => return usage(),
+            },
             "--netns" => netns = Some(value),
             _ => return usage(),
         }
@@ -62,9 +68,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    // prctl(PR_SET_NAME): the kernel keeps the first 15 bytes as the comm.
     if let Some(c) = comm {
-        if let Ok(name) = std::ffi::CString::new(c) {
-            let _ = nix::sys::prctl::set_name(&name);
+        let set = std::ffi::CString::new(c)
+            .map_err(|e| e.to_string())
+            .and_then(|name| nix::sys::prctl::set_name(&name).map_err(|e| e.to_string()));
+        if let Err(e) = set {
+            eprintln!("comm: {e}");
+            return ExitCode::FAILURE;
         }
     }
     let mode = args.first().map(String::as_str);
@@ -181,6 +192,17 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `6e22` -> `n"`.
+fn hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 fn enter_netns(path: &str) -> Result<(), String> {
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| e.to_string())
@@ -270,12 +292,16 @@ fn connect(addr: SocketAddr, tcp_n: usize, udp_n: usize) -> Result<Held, String>
     Ok(held)
 }
 
+/// Bytes, not a string: the comm in `stat` is whatever the process named itself (`--comm-hex`).
 fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    std::fs::read(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            let close = s.iter().rposition(|b| *b == b')')?;
+            s[close + 1..]
+                .iter()
+                .find(|b| **b != b' ')
+                .map(|b| *b == b'Z')
         })
         .unwrap_or(false)
 }

@@ -4,6 +4,7 @@
 //! stops processes it started itself.
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod net;
 pub mod snap;
 
@@ -65,20 +66,46 @@ pub struct TestNode {
     hierarchies: Vec<PathBuf>,
     pub dir: tempfile::TempDir,
     created: Vec<String>,
+    /// Cgroups with names that are not UTF-8 (leaves below `created` ones), removed first.
+    created_raw: Vec<PathBuf>,
     procs: Vec<Proc>,
     /// Network namespaces and links (`net.rs`), released after every process is stopped,
     /// newest first.
     guards: Vec<std::rc::Rc<dyn std::any::Any>>,
 }
 
-/// Returns `None` (after saying why) where real cgroups cannot be made: not root, no cgroupfs.
+/// True where a real-kernel test must run: as root, or with `CI` set (CI is root; a CI job that
+/// is not root is broken, not a reason to pass off a test as run).
+pub fn must_run() -> bool {
+    nix::unistd::geteuid().is_root() || ci()
+}
+
+/// `CI` set to anything but empty, `0` or `false`.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
+}
+
+/// A real-kernel test cannot run here: a failure (panic with the reason) where it must run
+/// (`must_run`), else one `SKIP:` line that `scripts/test` counts. Returns only to skip.
+pub fn cannot_run(why: &str) {
+    if must_run() {
+        panic!(
+            "real-kernel test cannot run: {why} (running as root or with CI set, a missing \
+             prerequisite is a failure, not a skip; scripts/setup-test-deps installs the tools)"
+        );
+    }
+    eprintln!("SKIP: {why}");
+}
+
+/// Returns `None` (after a SKIP line) only where real cgroups cannot be made and the test need
+/// not run (not root, CI unset); as root or in CI a missing cgroupfs is a failure.
 pub fn node() -> Option<TestNode> {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP: real-kernel test needs root (CI runs as root)");
+        cannot_run("real-kernel test needs root (CI runs as root)");
         return None;
     }
     let Some(layout) = CgroupLayout::detect(Path::new(CGROUP_ROOT)) else {
-        eprintln!("SKIP: no cgroup hierarchy at {CGROUP_ROOT}");
+        cannot_run(&format!("no cgroup hierarchy at {CGROUP_ROOT}"));
         return None;
     };
     let mut hierarchies: Vec<PathBuf> = ["memory", "pids", "freezer"]
@@ -99,6 +126,7 @@ pub fn node() -> Option<TestNode> {
         hierarchies,
         dir: tempfile::tempdir().expect("tempdir"),
         created: Vec::new(),
+        created_raw: Vec::new(),
         procs: Vec::new(),
         guards: Vec::new(),
     };
@@ -177,6 +205,85 @@ impl TestNode {
             }
             self.created.push(prefix.clone());
         }
+    }
+
+    /// Creates a leaf cgroup with any name the kernel takes (not UTF-8, `"`, `\\`) below the
+    /// already created `parent`, in every hierarchy; removed on drop. Its path relative to a
+    /// hierarchy root, or the error of the first `mkdir` (the kernel refuses a newline).
+    pub fn mkdir_raw(&mut self, parent: &str, name: &std::ffi::OsStr) -> std::io::Result<PathBuf> {
+        let rel = PathBuf::from(self.rel(parent).trim_start_matches('/')).join(name);
+        for (i, h) in self.hierarchies.iter().enumerate() {
+            if let Err(e) = std::fs::create_dir(h.join(&rel)) {
+                if i == 0 {
+                    return Err(e);
+                }
+                panic!("mkdir {}: {e}", h.join(&rel).display());
+            }
+        }
+        self.created_raw.push(rel.clone());
+        Ok(rel)
+    }
+
+    /// The `cgroup.procs` files of `rel` (relative to a hierarchy root) in every hierarchy the
+    /// node mirrors: writing a pid into all of them moves the process there.
+    pub fn procs_files(&self, rel: &Path) -> Vec<PathBuf> {
+        let rel = rel.strip_prefix("/").unwrap_or(rel);
+        self.hierarchies
+            .iter()
+            .map(|h| h.join(rel).join("cgroup.procs"))
+            .collect()
+    }
+
+    /// Moves a process the test started into the cgroup `rel` in every hierarchy.
+    pub fn move_pid(&self, pid: u32, rel: &Path) {
+        for f in self.procs_files(rel) {
+            std::fs::write(&f, pid.to_string())
+                .unwrap_or_else(|e| panic!("move {pid} to {}: {e}", f.display()));
+        }
+    }
+
+    /// Every cgroup the test made (in the freezer's hierarchy) that is frozen or freezing, except
+    /// `targets` and their descendants: what a guard must never have touched.
+    pub fn frozen_outside(&self, targets: &[&Container]) -> Vec<String> {
+        let Some((root, v1)) = self.freezer() else {
+            return Vec::new();
+        };
+        let targets: Vec<String> = targets.iter().map(|c| self.rel(&c.cgroup)).collect();
+        let mut dirs: Vec<PathBuf> = self
+            .created
+            .iter()
+            .map(|d| PathBuf::from(d.trim_start_matches('/')))
+            .collect();
+        dirs.extend(self.created_raw.iter().cloned());
+        let mut out = Vec::new();
+        for d in dirs {
+            let shown = format!("/{}", d.display());
+            if targets
+                .iter()
+                .any(|t| shown == *t || shown.starts_with(&format!("{t}/")))
+            {
+                continue;
+            }
+            let state = if v1 {
+                std::fs::read_to_string(root.join(&d).join("freezer.state"))
+                    .map(|t| t.trim().to_owned())
+                    .unwrap_or_default()
+            } else {
+                std::fs::read_to_string(root.join(&d).join("cgroup.events"))
+                    .map(|t| {
+                        if t.lines().any(|l| l.trim() == "frozen 1") {
+                            "FROZEN".to_owned()
+                        } else {
+                            "THAWED".to_owned()
+                        }
+                    })
+                    .unwrap_or_default()
+            };
+            if state == "FROZEN" || state == "FREEZING" {
+                out.push(format!("{shown} {state}"));
+            }
+        }
+        out
     }
 
     pub fn pod(&mut self, driver: Driver, qos: QosClass, namespace: &str, name: &str) -> Pod {
@@ -424,9 +531,20 @@ impl TestNode {
         }
     }
 
+    /// The file and value that thaw a container's cgroup (v1 `freezer.state`, v2 `cgroup.freeze`).
+    pub fn thaw_file(&self, c: &Container) -> (PathBuf, &'static str) {
+        let (_, v1) = self.freezer().expect("no freezer hierarchy");
+        let dir = self.freezer_dir(c);
+        if v1 {
+            (dir.join("freezer.state"), "THAWED")
+        } else {
+            (dir.join("cgroup.freeze"), "0")
+        }
+    }
+
     /// Thaws a container's cgroup, as a runtime does before it stops a frozen container.
     pub fn thaw(&self, c: &Container) {
-        thaw_dir(self.freezer(), &self.rel(&c.cgroup));
+        thaw_dir(self.freezer(), self.rel(&c.cgroup));
     }
 
     /// The pids listed in the container's `cgroup.procs` (freezer hierarchy).
@@ -536,9 +654,10 @@ fn rmdir_retry(p: &Path) -> bool {
 
 /// Writes the thawed state into `rel`'s freezer (v1 `freezer.state`, v2 `cgroup.freeze`), if the
 /// cgroup exists. Failures are reported, not fatal: this runs during cleanup.
-fn thaw_dir(freezer: Option<(PathBuf, bool)>, rel: &str) {
+fn thaw_dir(freezer: Option<(PathBuf, bool)>, rel: impl AsRef<Path>) {
     let Some((root, v1)) = freezer else { return };
-    let dir = root.join(rel.trim_start_matches('/'));
+    let rel = rel.as_ref();
+    let dir = root.join(rel.strip_prefix("/").unwrap_or(rel));
     let (file, value) = if v1 {
         ("freezer.state", "THAWED")
     } else {
@@ -560,11 +679,19 @@ impl Drop for TestNode {
         for d in &self.created {
             thaw_dir(self.freezer(), d);
         }
+        for d in &self.created_raw {
+            thaw_dir(self.freezer(), d);
+        }
         for p in self.procs.drain(..) {
             finish(p);
         }
         while let Some(g) = self.guards.pop() {
             drop(g);
+        }
+        for d in std::mem::take(&mut self.created_raw) {
+            for h in &self.hierarchies {
+                let _ = rmdir_retry(&h.join(&d));
+            }
         }
         // Deepest first: a parent cgroup cannot go before its children.
         let mut dirs = std::mem::take(&mut self.created);

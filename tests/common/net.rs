@@ -43,10 +43,11 @@ pub fn unavailable() -> Option<String> {
     None
 }
 
-/// A test node (cgroups) for a network test, or `None` after a SKIP line saying why not.
+/// A test node (cgroups) for a network test, or `None` after a SKIP line saying why not: only
+/// where the test need not run (not root, CI unset); as root or in CI a missing tool fails it.
 pub fn node() -> Option<super::TestNode> {
     if let Some(why) = unavailable() {
-        eprintln!("SKIP: {why}");
+        super::cannot_run(&why);
         return None;
     }
     super::node()
