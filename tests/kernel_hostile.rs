@@ -1128,17 +1128,24 @@ fn a_state_file_with_hold_until_1e300_starts_and_strands_nothing() {
     c.finish();
 }
 
+/// An enforcing agent freezes the relay and is SIGKILLed (no thaw); a dry-run agent starts on
+/// the same state file. Returns the relay, the quiet container and the dry-run agent.
+fn dry_run_after_sigkill(n: &mut TestNode, hold: &str) -> (Container, Container, AgentProc) {
+    let (relay, quiet) = two_containers(n);
+    let addr = free_addr();
+    freeze_then_sigkill(n, &relay, hold, addr);
+    let config = write_config(n, addr, &guard_yaml(n, true, hold), "dry.yaml");
+    let mut agent = AgentProc::start(&config, addr, n.dir.path().join("agent-dry.log"));
+    agent.thaw_on_drop(vec![n.thaw_file(&relay)]);
+    (relay, quiet, agent)
+}
+
 #[test]
 fn sigkill_during_a_hold_then_a_dry_run_restart_thaws_on_sigterm() {
     let Some(mut n) = common::node() else { return };
     let started = Instant::now();
     let mut c = Checks::new("sigkill-dry-run-sigterm");
-    let (relay, quiet) = two_containers(&mut n);
-    let addr = free_addr();
-    freeze_then_sigkill(&n, &relay, "10m", addr);
-    let config = write_config(&n, addr, &guard_yaml(&n, true, "10m"), "dry.yaml");
-    let mut agent = AgentProc::start(&config, addr, n.dir.path().join("agent-dry.log"));
-    agent.thaw_on_drop(vec![n.thaw_file(&relay)]);
+    let (relay, _quiet, mut agent) = dry_run_after_sigkill(&mut n, "10m");
     let st = agent.state_after(3);
     c.check(
         "the dry-run agent starts and ticks",
@@ -1173,28 +1180,24 @@ fn sigkill_during_a_hold_then_a_dry_run_restart_thaws_on_sigterm() {
         saved.as_ref().is_ok_and(|b| has_relay(b)),
         format!("{:?}", saved.map(|b| b.len())),
     );
-    let _ = quiet;
     eprintln!("sigkill + dry-run + sigterm: {} ms", ms(started.elapsed()));
     c.finish();
 }
 
+/// The dry-run agent thaws at start (it holds nothing itself) and keeps the breaker through the
+/// rest of its hold, into probation.
 #[test]
-fn sigkill_during_a_hold_then_a_dry_run_restart_thaws_at_hold_end() {
+fn sigkill_during_a_hold_then_a_dry_run_restart_thaws_and_keeps_the_breaker_past_its_hold() {
     let Some(mut n) = common::node() else { return };
     let started = Instant::now();
     let mut c = Checks::new("sigkill-dry-run-hold-end");
-    let (relay, quiet) = two_containers(&mut n);
-    let addr = free_addr();
-    freeze_then_sigkill(&n, &relay, "4s", addr);
-    let config = write_config(&n, addr, &guard_yaml(&n, true, "4s"), "dry.yaml");
-    let mut agent = AgentProc::start(&config, addr, n.dir.path().join("agent-dry.log"));
-    agent.thaw_on_drop(vec![n.thaw_file(&relay)]);
+    let (relay, _quiet, mut agent) = dry_run_after_sigkill(&mut n, "4s");
     c.check(
         "the dry-run agent starts and ticks",
         agent.state_after(1).is_some(),
         format!("exit {:?}", agent.exited()),
     );
-    // The hold (4 s from the freeze) ends while the dry-run agent runs: its thaw must be real.
+    // Thawed for real, at the latest when the hold (4 s from the freeze) ends.
     let thawed = wait_freezer(&n, &relay, "THAWED", Duration::from_secs(15));
     c.check(
         "relay is THAWED for real by the dry-run agent when the hold ends",
@@ -1224,7 +1227,6 @@ fn sigkill_during_a_hold_then_a_dry_run_restart_thaws_at_hold_end() {
         format!("{outside:?}"),
     );
     sigterm_checks(&mut c, &n, &mut agent, "dry-run hold end");
-    let _ = quiet;
     eprintln!("sigkill + dry-run + hold end: {} ms", ms(started.elapsed()));
     c.finish();
 }
