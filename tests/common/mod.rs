@@ -435,10 +435,17 @@ impl TestNode {
 
     fn track(&mut self, mut child: Child, cgroup: Option<String>, args: &[&str]) -> u32 {
         let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("ready line");
+        // Bounded: a workload that hangs before `ready` fails the test instead of hanging it
+        // (the reader thread ends when the child is stopped below and its stdout closes).
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| "(no ready line within 30 s)".to_owned());
         let ready = line
             .strip_prefix("ready ")
             .and_then(|p| p.trim().parse().ok());
