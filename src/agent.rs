@@ -162,7 +162,7 @@ impl Agent {
         let (workloads, pods) = self.tracker.update(now, &raw);
         let net = raw.net.as_ref();
         self.ticks += 1;
-        let own = self.selfstat.read().ok().flatten().unwrap_or_default();
+        let own = self.selfstat.sample();
         let end = self.clock.now();
         let mut snap = Snapshot {
             timestamp: unix_seconds(self.clock.as_ref()),
