@@ -13,7 +13,7 @@ pub use layout::CgroupLayout;
 use names::{NameIndex, NameSource};
 use nix::fcntl::OFlag;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -87,8 +87,8 @@ pub struct Discovery {
     proc_root: PathBuf,
     names: NameSource,
     config: DiscoveryConfig,
-    /// Sandbox verdicts by container id: a cgroup's role never changes, so ask /proc once.
-    sandbox_cache: HashMap<String, bool>,
+    /// Container ids known to be sandboxes: a cgroup's role never changes, so ask /proc once.
+    sandbox_cache: HashSet<String>,
     stats: DiscoveryStats,
 }
 
@@ -104,7 +104,7 @@ impl Discovery {
             proc_root,
             names,
             config,
-            sandbox_cache: HashMap::new(),
+            sandbox_cache: HashSet::new(),
             stats: DiscoveryStats::default(),
         }
     }
@@ -199,7 +199,7 @@ impl Discovery {
             }
             i += 1;
         }
-        self.sandbox_cache.retain(|id, _| seen_ids.contains(id));
+        self.sandbox_cache.retain(|id| seen_ids.contains(id));
         self.log_transitions(stats);
         self.stats = stats;
         inv.workloads
@@ -238,9 +238,13 @@ impl Discovery {
                 let wid = match index.containers.get(&id) {
                     Some(c) => WorkloadId::container(&c.namespace, &c.pod, &c.container),
                     None => {
-                        if self.is_sandbox(&id, rel)? {
-                            inv.sandboxes += 1;
-                            return Ok(());
+                        match self.unlinked(&id, rel)? {
+                            Unlinked::Sandbox => {
+                                inv.sandboxes += 1;
+                                return Ok(());
+                            }
+                            Unlinked::Undecided => return Ok(()),
+                            Unlinked::Container => {}
                         }
                         // Not yet linked by kubelet (or no logs): name it by its short id.
                         let (namespace, pod) = pod_names(index, &pod_uid);
@@ -263,27 +267,49 @@ impl Discovery {
         Ok(())
     }
 
-    /// The sandbox holds only the `pause` process and never writes a container log.
-    fn is_sandbox(&mut self, id: &str, rel: &str) -> Result<bool, ReadError> {
-        if let Some(v) = self.sandbox_cache.get(id) {
-            return Ok(*v);
+    /// What an unlinked container cgroup is. Only a `Sandbox` verdict is cached: a cgroup seen
+    /// while runc is still setting it up (`runc:[2:INIT]`) may be either, and a container that
+    /// kubelet has not linked yet gets its link a moment later.
+    fn unlinked(&mut self, id: &str, rel: &str) -> Result<Unlinked, ReadError> {
+        if self.sandbox_cache.contains(id) {
+            return Ok(Unlinked::Sandbox);
         }
         let pids = read_procs(&self.primary, rel)?;
-        if pids.is_empty() {
-            // Decide once it has a process.
-            return Ok(false);
-        }
-        let mut all_pause = true;
+        let mut comms = Vec::with_capacity(pids.len());
         let mut comm = Vec::new();
         for pid in &pids {
             // Bytes: a workload sets its comm to anything (prctl), UTF-8 or not.
             let path = self.proc_root.join(pid.to_string()).join("comm");
             if fsio::read_into(&path, &mut comm)? {
-                all_pause &= comm.trim_ascii_end() == b"pause";
+                comms.push(comm.trim_ascii_end().to_vec());
             }
         }
-        self.sandbox_cache.insert(id.to_owned(), all_pause);
-        Ok(all_pause)
+        let v = unlinked_verdict(&comms);
+        if v == Unlinked::Sandbox {
+            self.sandbox_cache.insert(id.to_owned());
+        }
+        Ok(v)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unlinked {
+    /// Only `pause`: the pod sandbox, left out.
+    Sandbox,
+    /// No process yet, or runc still in its init: decided at a later tick, not reported now.
+    Undecided,
+    /// Something else runs: a container kubelet has not linked yet, reported by its short id.
+    Container,
+}
+
+/// Pure: the verdict on an unlinked container cgroup from the comms of its processes.
+fn unlinked_verdict(comms: &[Vec<u8>]) -> Unlinked {
+    if comms.is_empty() || comms.iter().any(|c| c.starts_with(b"runc:")) {
+        Unlinked::Undecided
+    } else if comms.iter().all(|c| c == b"pause") {
+        Unlinked::Sandbox
+    } else {
+        Unlinked::Container
     }
 }
 
@@ -444,6 +470,19 @@ fn has_procs(root: &Path, rel: &str) -> Result<bool, ReadError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_unlinked_cgroup_in_runc_init_is_not_judged_yet() {
+        let v = |c: &[&str]| {
+            unlinked_verdict(&c.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>())
+        };
+        assert_eq!(v(&["runc:[2:INIT]"]), Unlinked::Undecided);
+        assert_eq!(v(&[]), Unlinked::Undecided);
+        assert_eq!(v(&["pause"]), Unlinked::Sandbox);
+        assert_eq!(v(&["pause", "pause"]), Unlinked::Sandbox);
+        assert_eq!(v(&["nginx"]), Unlinked::Container);
+        assert_eq!(v(&["pause", "sh"]), Unlinked::Container);
+    }
+
     use super::*;
 
     #[test]
