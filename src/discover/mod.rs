@@ -13,7 +13,7 @@ pub use layout::CgroupLayout;
 use names::{NameIndex, NameSource};
 use nix::fcntl::OFlag;
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
