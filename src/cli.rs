@@ -122,12 +122,22 @@ pub fn main() -> ExitCode {
             }
         }),
         None => {
-            let config = match load(cli.config.as_ref()) {
+            let loaded = match cli.config.as_ref() {
+                None => Config::default_config()
+                    .map(|c| (c, crate::config::DEFAULT_YAML.to_owned()))
+                    .map_err(|e| e.to_string()),
+                Some(p) => Config::load_file(p).map_err(|e| e.to_string()),
+            };
+            let (config, text) = match loaded {
                 Ok(c) => c,
                 Err(e) => {
                     eprint!("{e}");
                     return ExitCode::from(EXIT_USAGE);
                 }
+            };
+            let source = crate::agent::ConfigSource {
+                file: cli.config.clone(),
+                text,
             };
             init_tracing();
             raise_fd_limit();
@@ -143,7 +153,7 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match rt.block_on(crate::agent::run(config)) {
+            match rt.block_on(crate::agent::run(config, source)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %format!("{e:#}"), "nodeguard stopped");

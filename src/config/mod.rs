@@ -5,6 +5,7 @@ pub mod bounds;
 mod collect;
 pub mod guard;
 pub mod limits;
+pub mod live;
 
 use bounds::{Bounds, MAX_DURATION};
 use serde::Deserialize;
@@ -226,21 +227,19 @@ impl Config {
     /// Reads and checks a config file, refusing files over [`limits::MAX_FILE_BYTES`] without
     /// reading them whole. Used by the agent and by `check-config` alike.
     pub fn from_file(path: &Path) -> Result<Config, LoadError> {
-        use std::io::Read;
-        let io = |source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let mut text = String::new();
-        // One byte over the cap is enough to know it is too large.
-        file.take(limits::MAX_FILE_BYTES as u64 + 1)
-            .read_to_string(&mut text)
-            .map_err(io)?;
-        Config::from_yaml(&text).map_err(|errors| LoadError::Invalid {
-            path: path.to_path_buf(),
-            errors,
-        })
+        Config::load_file(path).map(|(c, _)| c)
+    }
+
+    /// [`Config::from_file`], also returning the text it was read from (the agent hashes it).
+    pub fn load_file(path: &Path) -> Result<(Config, String), LoadError> {
+        let text = read_text(path)?;
+        match Config::from_yaml(&text) {
+            Ok(c) => Ok((c, text)),
+            Err(errors) => Err(LoadError::Invalid {
+                path: path.to_path_buf(),
+                errors,
+            }),
+        }
     }
 
     pub fn from_yaml(text: &str) -> Result<Config, ConfigErrors> {
@@ -412,6 +411,22 @@ fn check_http(h: &Http, b: &mut Bounds) {
 
 /// Largest `samplers.logs.max_bytes_per_tick` (a read budget, not a buffer): 16 GiB.
 pub const MAX_LOG_BYTES_PER_TICK: u64 = 16 << 30;
+
+/// The text of a config file, at most one byte over [`limits::MAX_FILE_BYTES`] (enough for
+/// `from_yaml` to refuse it).
+fn read_text(path: &Path) -> Result<String, LoadError> {
+    use std::io::Read;
+    let io = |source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut text = String::new();
+    file.take(limits::MAX_FILE_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(io)?;
+    Ok(text)
+}
 
 /// Why a config file could not be loaded; both name the file.
 #[derive(Debug, thiserror::Error)]
