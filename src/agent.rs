@@ -320,11 +320,11 @@ pub struct ConfigSource {
     pub file: Option<PathBuf>,
     /// The text the running config was read from (hashed for `nodeguard_config_info`).
     pub text: String,
+    /// How often the file is checked for a change (`--config-poll`, 2s); `None`: SIGHUP only.
+    /// A check is one `stat` through the symlinks (a ConfigMap's `..data` swap shows as a new
+    /// inode); the file is read only when that changed.
+    pub poll: Option<Duration>,
 }
-
-/// How often the config file is checked for a change: one `stat` (through the symlinks, so a
-/// ConfigMap's `..data` swap shows as a new inode), and a read only when it changed.
-pub const CONFIG_POLL: Duration = Duration::from_secs(2);
 
 /// What identifies the file's current content without reading it: the resolved target's device,
 /// inode, size, mtime and ctime. `None` while it cannot be stat'ed.
@@ -410,7 +410,8 @@ pub async fn run(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     tokio::spawn(server::serve(listener, endpoints, http, stats));
 
     let mut ticker = ticker_every(interval);
-    let mut poll = tokio::time::interval(CONFIG_POLL);
+    let watch = source.poll.filter(|_| file.is_some());
+    let mut poll = tokio::time::interval(watch.unwrap_or(Duration::from_secs(3600)));
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seen = file.as_deref().and_then(file_identity);
     // The streams are made once: a signal that arrives during a tick is queued, not lost.
@@ -431,7 +432,7 @@ pub async fn run(config: Config, source: ConfigSource) -> anyhow::Result<()> {
                 *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
             }
             _ = hup.recv() => trigger = Some("sighup"),
-            _ = poll.tick(), if file.is_some() => {
+            _ = poll.tick(), if watch.is_some() => {
                 let now = file.as_deref().and_then(file_identity);
                 if now != seen {
                     seen = now;
