@@ -7,7 +7,8 @@ use crate::action::guard::Guard;
 use crate::action::notify::Notifier;
 use crate::action::{Actuator, DryRun};
 use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
+use crate::config::guard::GuardConfig;
+use crate::config::{live, Config, LoadError};
 use crate::discover::names::NameSource;
 use crate::discover::{CgroupLayout, Discovery, DiscoveryConfig};
 use crate::export::limits::{self, ServerStats};
@@ -20,9 +21,24 @@ use crate::sample::procs::ProcTable;
 use crate::sample::selfstat::SelfReader;
 use crate::sample::Samplers;
 use crate::signal::Tracker;
-use crate::snapshot::{AgentStats, DumpStatus, NodeConntrack, Snapshot};
+use crate::snapshot::{AgentStats, ConfigStatus, DumpStatus, GuardStatus, NodeConntrack, Snapshot};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// What a reload did.
+#[derive(Debug)]
+pub enum Reload {
+    /// The new text is the one running (a touched file, or a SIGHUP with nothing new).
+    Unchanged,
+    Applied {
+        previous: String,
+        /// Changed fields that keep their running values until a restart.
+        restart_required: Vec<&'static str>,
+    },
+    /// Invalid or unreadable: the running config is kept.
+    Rejected { fields: String, error: LoadError },
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -37,8 +53,14 @@ pub enum AgentError {
     },
 }
 
+/// Builds the actuators a guard config asks for: (new holds, undos).
+type MakeActuators = Box<dyn Fn(&GuardConfig) -> (Box<dyn Actuator>, Box<dyn Actuator>) + Send>;
+
 pub struct Agent {
     clock: Arc<dyn Clock>,
+    /// `None` when the actuators were given (tests): a reload keeps them.
+    make_actuators: Option<MakeActuators>,
+    config_status: ConfigStatus,
     guard: Guard,
     config: Config,
     layout: CgroupLayout,
@@ -56,19 +78,24 @@ impl Agent {
     pub fn new(config: Config, clock: Arc<dyn Clock>) -> Result<Agent, AgentError> {
         let layout = CgroupLayout::detect(&config.paths.cgroup)
             .ok_or_else(|| AgentError::NoCgroups(config.paths.cgroup.clone()))?;
-        let writer = || {
-            Box::new(CgroupActuator::new(
-                Freezer::detect(&layout),
-                config.guard.freeze_timeout,
-            ))
-        };
-        let act: Box<dyn Actuator> = if config.guard.dry_run {
-            Box::new(DryRun)
-        } else {
-            writer()
-        };
-        let undo = writer();
-        Agent::with_actuators(config, clock, act, undo)
+        let make: MakeActuators = Box::new(move |g: &GuardConfig| {
+            let writer = || -> Box<dyn Actuator> {
+                Box::new(CgroupActuator::new(
+                    Freezer::detect(&layout),
+                    g.freeze_timeout,
+                ))
+            };
+            let act: Box<dyn Actuator> = if g.dry_run {
+                Box::new(DryRun)
+            } else {
+                writer()
+            };
+            (act, writer())
+        });
+        let (act, undo) = make(&config.guard);
+        let mut agent = Agent::with_actuators(config, clock, act, undo)?;
+        agent.make_actuators = Some(make);
+        Ok(agent)
     }
 
     /// The agent with given actuators for new holds and for undoing them (tests record).
@@ -138,6 +165,12 @@ impl Agent {
         );
         Ok(Agent {
             guard,
+            make_actuators: None,
+            config_status: ConfigStatus {
+                last_reload_ok: true,
+                loaded_at: started,
+                ..ConfigStatus::default()
+            },
             selfstat: SelfReader::new(p.proc.clone()),
             clock,
             config,
@@ -152,6 +185,69 @@ impl Agent {
 
     pub fn layout(&self) -> &CgroupLayout {
         &self.layout
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Where the running config came from and its hash, shown in every snapshot.
+    pub fn set_config_source(&mut self, file: Option<String>, text: &str) {
+        self.config_status.file = file;
+        self.config_status.hash = live::hash(text);
+    }
+
+    pub fn config_status(&self) -> &ConfigStatus {
+        &self.config_status
+    }
+
+    pub fn guard_status(&self) -> GuardStatus {
+        self.guard.status()
+    }
+
+    /// Applies a new config text: validated first (a bad one changes nothing but the failure
+    /// count), then its live keys (`interval`, `guard.*` but `state_file`) are applied; the rest
+    /// keeps its running values until a restart and is named in `restart_required`.
+    pub fn reload(&mut self, loaded: Result<(Config, String), LoadError>) -> Reload {
+        let (new, text) = match loaded {
+            Ok(x) => x,
+            Err(e) => {
+                let fields = live::failed_fields(&e);
+                self.config_status.reload_failures_total += 1;
+                self.config_status.last_reload_ok = false;
+                self.config_status.last_error = Some(format!("{e}"));
+                return Reload::Rejected { fields, error: e };
+            }
+        };
+        let hash = live::hash(&text);
+        self.config_status.last_reload_ok = true;
+        self.config_status.last_error = None;
+        if hash == self.config_status.hash {
+            return Reload::Unchanged;
+        }
+        let restart = live::restart_only_changes(&self.config, &new);
+        let effective = live::effective(&self.config, new);
+        if effective.guard != self.config.guard {
+            let actuators = self.make_actuators.as_ref().map(|m| m(&effective.guard));
+            let notifier = (effective.guard.webhook_url != self.config.guard.webhook_url)
+                .then(|| Notifier::new(Some(effective.guard.webhook_url.clone())));
+            self.guard.reconfigure(
+                effective.guard.clone(),
+                actuators,
+                notifier,
+                std::env::var("POD_NAMESPACE").ok(),
+            );
+        }
+        let previous = std::mem::replace(&mut self.config_status.hash, hash);
+        self.config = effective;
+        let s = &mut self.config_status;
+        s.reloads_total += 1;
+        s.loaded_at = unix_seconds(self.clock.as_ref());
+        s.restart_required = restart.clone();
+        Reload::Applied {
+            previous,
+            restart_required: restart,
+        }
     }
 
     /// One full pass: sample every enabled source, derive signals, build the snapshot.
@@ -197,6 +293,7 @@ impl Agent {
                 start_time_seconds: self.started,
             },
             guard: None,
+            config: self.config_status.clone(),
         };
         // Rules read the finished snapshot; their verdicts join it for export.
         snap.guard = Some(self.guard.step(&snap));
@@ -217,19 +314,71 @@ fn unix_seconds(clock: &dyn Clock) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Runs the agent until SIGTERM or SIGINT.
-pub async fn run(config: Config) -> anyhow::Result<()> {
+/// Where the running config came from: a file (watched, reloaded on SIGHUP) or the defaults.
+#[derive(Debug, Clone)]
+pub struct ConfigSource {
+    pub file: Option<PathBuf>,
+    /// The text the running config was read from (hashed for `nodeguard_config_info`).
+    pub text: String,
+    /// How often the file is checked for a change (`--config-poll`, 2s); `None`: SIGHUP only.
+    /// A check is one `stat` through the symlinks (a ConfigMap's `..data` swap shows as a new
+    /// inode); the file is read only when that changed.
+    pub poll: Option<Duration>,
+}
+
+/// What identifies the file's current content without reading it: the resolved target's device,
+/// inode, size, mtime and ctime. `None` while it cannot be stat'ed.
+fn file_identity(path: &Path) -> Option<(u64, u64, u64, i64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime_nsec(),
+    ))
+}
+
+/// Reloads from `path` and logs the result in one line.
+fn reload_from(agent: &mut Agent, path: &Path, trigger: &str) {
+    match agent.reload(Config::load_file(path)) {
+        Reload::Unchanged => {
+            tracing::info!(file = %path.display(), trigger, hash = %agent.config_status().hash, "config unchanged")
+        }
+        Reload::Applied {
+            previous,
+            restart_required,
+        } => {
+            let hash = &agent.config_status().hash;
+            if restart_required.is_empty() {
+                tracing::info!(file = %path.display(), trigger, hash = %hash, previous = %previous, "config reloaded");
+            } else {
+                tracing::warn!(file = %path.display(), trigger, hash = %hash, previous = %previous, restart_required = %restart_required.join(", "), "config reloaded; these fields keep their running values until a restart");
+            }
+        }
+        Reload::Rejected { fields, error } => {
+            tracing::error!(file = %path.display(), trigger, fields = %fields, error = %error, "config reload rejected: keeping the running config");
+        }
+    }
+}
+
+/// Runs the agent until SIGTERM or SIGINT; SIGHUP, or a change of the config file, reloads it.
+pub async fn run(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let interval = config.interval;
+    let mut interval = config.interval;
     let listen = config.listen;
     let mut http = config.http.clone();
     let mut agent = Agent::new(config, clock)?;
-    tracing::info!(layout = agent.layout().name(), listen = %listen, interval = ?interval, "nodeguard starting");
-
+    let file = source.file.clone();
+    agent.set_config_source(file.as_ref().map(|p| p.display().to_string()), &source.text);
+    tracing::info!(layout = agent.layout().name(), listen = %listen, interval = ?interval, config_hash = %agent.config_status().hash, "nodeguard starting");
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
     let stats = Arc::new(ServerStats::default());
     let mut registry = metrics::registry(shared.clone());
     limits::register(&mut registry, stats.clone(), shared.clone());
+    crate::export::info::register(&mut registry, shared.clone());
     let endpoints = Endpoints {
         shared: shared.clone(),
         registry: Arc::new(registry),
@@ -260,13 +409,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         })?;
     tokio::spawn(server::serve(listener, endpoints, http, stats));
 
-    let mut ticker = tokio::time::interval(interval);
-    // A slow tick delays the next one instead of stacking up behind it.
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Both streams are made once: a signal that arrives during a tick is queued, not lost.
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut ticker = ticker_every(interval);
+    let watch = source.poll.filter(|_| file.is_some());
+    let mut poll = tokio::time::interval(watch.unwrap_or(Duration::from_secs(3600)));
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut seen = file.as_deref().and_then(file_identity);
+    // The streams are made once: a signal that arrives during a tick is queued, not lost.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
     loop {
+        let mut trigger = None;
         tokio::select! {
             _ = ticker.tick() => {
                 // Kernel reads block: run them off the async runtime, one tick at a time.
@@ -277,10 +431,48 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 agent = a;
                 *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
             }
+            _ = hup.recv() => trigger = Some("sighup"),
+            _ = poll.tick(), if watch.is_some() => {
+                let now = file.as_deref().and_then(file_identity);
+                if now != seen {
+                    seen = now;
+                    trigger = Some("file_changed");
+                }
+            }
             _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
             _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
+        }
+        let (Some(trigger), Some(path)) = (trigger, file.clone()) else {
+            if trigger.is_some() {
+                tracing::info!("SIGHUP: running on the embedded defaults, nothing to reload");
+            }
+            continue;
+        };
+        // Reading the file and undoing holds block: off the runtime, between two ticks.
+        agent = tokio::task::spawn_blocking(move || {
+            reload_from(&mut agent, &path, trigger);
+            agent
+        })
+        .await?;
+        // Shown at once (not at the next tick): the config in force and the guard's mode.
+        let mut snap = (*metrics::latest(&shared)).clone();
+        snap.config = agent.config_status().clone();
+        if snap.guard.is_some() {
+            snap.guard = Some(agent.guard_status());
+        }
+        *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
+        if agent.config().interval != interval {
+            interval = agent.config().interval;
+            ticker = ticker_every(interval);
         }
     }
     tokio::task::spawn_blocking(move || agent.shutdown()).await?;
     Ok(())
+}
+
+/// A slow tick delays the next one instead of stacking up behind it.
+fn ticker_every(interval: Duration) -> tokio::time::Interval {
+    let mut t = tokio::time::interval(interval);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    t
 }

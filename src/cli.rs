@@ -18,6 +18,9 @@ pub struct Cli {
     /// YAML configuration; the embedded defaults (config/nodeguard.yaml) when omitted.
     #[arg(long, global = true)]
     pub config: Option<PathBuf>,
+    /// How often the agent checks the config file for a change (`0s`: only on SIGHUP).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub config_poll: std::time::Duration,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -38,6 +41,37 @@ pub enum Command {
         #[arg(long)]
         rule: Option<String>,
     },
+    /// The running agent at a glance, from its /api/state. Exit 0: quiet; 1: a breaker is open
+    /// or a rule pending; 2: the agent cannot be reached.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The agent's address; default: the config's `listen`, with 0.0.0.0 read as 127.0.0.1.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Order of the workloads (largest first, except `name`).
+    #[arg(long, value_enum, default_value_t)]
+    pub sort: crate::status::SortKey,
+    /// Only the first N workloads.
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// Only this namespace.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// `json`: the same view for scripts; `wide`: more columns.
+    #[arg(short = 'o', long, value_enum)]
+    pub output: Option<StatusOutput>,
+    /// Redraw every DURATION (2s without a value) until interrupted.
+    #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "2s", value_parser = humantime::parse_duration)]
+    pub watch: Option<std::time::Duration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusOutput {
+    Json,
+    Wide,
 }
 
 /// Loads a config file, or the defaults. Errors are printed with every bad field.
@@ -121,13 +155,27 @@ pub fn main() -> ExitCode {
                 }
             }
         }),
+        Some(Command::Status(args)) => {
+            with_config(cli.config.as_ref(), |c| status(&args, c.listen))
+        }
         None => {
-            let config = match load(cli.config.as_ref()) {
+            let loaded = match cli.config.as_ref() {
+                None => Config::default_config()
+                    .map(|c| (c, crate::config::DEFAULT_YAML.to_owned()))
+                    .map_err(|e| e.to_string()),
+                Some(p) => Config::load_file(p).map_err(|e| e.to_string()),
+            };
+            let (config, text) = match loaded {
                 Ok(c) => c,
                 Err(e) => {
                     eprint!("{e}");
                     return ExitCode::from(EXIT_USAGE);
                 }
+            };
+            let source = crate::agent::ConfigSource {
+                file: cli.config.clone(),
+                text,
+                poll: (!cli.config_poll.is_zero()).then_some(cli.config_poll),
             };
             init_tracing();
             raise_fd_limit();
@@ -143,7 +191,7 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match rt.block_on(crate::agent::run(config)) {
+            match rt.block_on(crate::agent::run(config, source)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %format!("{e:#}"), "nodeguard stopped");
@@ -167,6 +215,91 @@ fn raise_fd_limit() {
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "cannot read the open file limit"),
     }
+}
+
+/// The agent's URL for a `listen` address: an unspecified address is reached on loopback.
+pub fn local_url(listen: std::net::SocketAddr) -> String {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    let ip = match listen.ip() {
+        IpAddr::V4(a) if a.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(a) if a.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, listen.port()))
+}
+
+fn status(args: &StatusArgs, listen: std::net::SocketAddr) -> ExitCode {
+    use crate::status::{client, render, Options, State, View, EXIT_UNREACHABLE};
+    use std::io::IsTerminal;
+    let url = args.url.clone().unwrap_or_else(|| local_url(listen));
+    let opts = Options {
+        sort: args.sort,
+        top: args.top,
+        namespace: args.namespace.clone(),
+    };
+    let tty = std::io::stdout().is_terminal();
+    let style = render::Style {
+        colour: tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        wide: args.output == Some(StatusOutput::Wide),
+    };
+    loop {
+        let fetched = client::get(&url, "/api/state").and_then(|body| {
+            serde_json::from_slice::<State>(&body)
+                .map_err(|_| client::FetchError::Malformed { url: url.clone() })
+        });
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let (screen, code) = match fetched {
+            Ok(state) => {
+                let v = View::build(&state, now, &opts);
+                let screen = if args.output == Some(StatusOutput::Json) {
+                    serde_json::to_string_pretty(&v).map(|mut s| {
+                        s.push('\n');
+                        s
+                    })
+                } else {
+                    Ok(render::text(&v, style))
+                };
+                match screen {
+                    Ok(s) => (s, v.exit_code),
+                    Err(e) => (format!("cannot encode the view: {e}\n"), EXIT_UNREACHABLE),
+                }
+            }
+            Err(e) => (
+                format!("{}\n", render::escape(&e.to_string())),
+                EXIT_UNREACHABLE,
+            ),
+        };
+        let Some(every) = args.watch else {
+            let out = if code == EXIT_UNREACHABLE {
+                emit(std::io::stderr(), &screen)
+            } else {
+                emit(std::io::stdout(), &screen)
+            };
+            return match out {
+                Ok(()) => ExitCode::from(code),
+                Err(_) => ExitCode::FAILURE,
+            };
+        };
+        // Home and clear, then the screen: one redraw per round.
+        let frame = if tty {
+            format!("\x1b[H\x1b[2J{screen}")
+        } else {
+            format!("{screen}---\n")
+        };
+        // A closed terminal or pipe ends the watch.
+        if emit(std::io::stdout(), &frame).is_err() {
+            return ExitCode::FAILURE;
+        }
+        std::thread::sleep(every.max(std::time::Duration::from_millis(200)));
+    }
+}
+
+/// Writes and flushes; an error (a closed pipe, as in `status | head`) is returned, not a panic.
+fn emit(mut to: impl std::io::Write, text: &str) -> std::io::Result<()> {
+    to.write_all(text.as_bytes())?;
+    to.flush()
 }
 
 fn with_config(path: Option<&PathBuf>, f: impl FnOnce(&Config) -> ExitCode) -> ExitCode {

@@ -17,4 +17,5 @@ pub mod rule;
 pub mod sample;
 pub mod signal;
 pub mod snapshot;
+pub mod status;
 pub mod workload;

@@ -26,6 +26,8 @@ pub struct Snapshot {
     /// Rules and breakers; `None` before the guard's first step.
     pub guard: Option<GuardStatus>,
     pub samplers: Vec<SamplerStatus>,
+    /// The configuration in force and its reloads.
+    pub config: ConfigStatus,
     /// What the readers skipped or hold, so a hostile tree is visible rather than silent.
     pub inputs: InputStats,
     pub agent: AgentStats,
@@ -173,6 +175,25 @@ pub struct SamplerStatus {
     pub errors_total: Vec<(String, u64)>,
 }
 
+/// The configuration in force: where from, its hash, how its reloads went.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ConfigStatus {
+    /// The file, `None` on the embedded defaults.
+    pub file: Option<String>,
+    /// [`crate::config::live::hash`] of the text in force.
+    pub hash: String,
+    /// Unix time of the last successful load (the start, or the last reload).
+    pub loaded_at: f64,
+    pub reloads_total: u64,
+    pub reload_failures_total: u64,
+    /// The last reload attempt succeeded (true before any).
+    pub last_reload_ok: bool,
+    /// Why the last attempt failed, when it did: the fields named.
+    pub last_error: Option<String>,
+    /// Fields changed in the file that wait for a restart (their running values are kept).
+    pub restart_required: Vec<&'static str>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct AgentStats {
     pub ticks_total: u64,
@@ -208,6 +229,27 @@ pub struct GuardStatus {
     pub pending: Vec<PendingView>,
     /// (rule, action, outcome, count) since start.
     pub actions: Vec<(String, &'static str, &'static str, u64)>,
+    /// The rules in force, so a reader can mark what is past a threshold.
+    pub rules: Vec<RuleView>,
+    pub pacing: PacingView,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RuleView {
+    pub name: String,
+    /// `None` for a restart loop (its `above` is the number of bursts).
+    pub signal: Option<crate::rule::signal::SignalKind>,
+    pub above: f64,
+    pub for_seconds: f64,
+    pub action: &'static str,
+}
+
+/// Node-wide pacing of new actions (`guard.cooldown`, `guard.max_actions_per_10m`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PacingView {
+    pub actions_last_10m: u32,
+    pub max_actions_per_10m: u32,
+    pub cooldown_remaining_seconds: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -369,7 +369,7 @@ fn v2_systemd_metrics() {
             &format!("nodeguard_workloads{{node=\"{NODE}\",kind=\"container\"}} 4"),
             &format!("nodeguard_workloads{{node=\"{NODE}\",kind=\"unit\"}} 2"),
             &format!("nodeguard_sampler_errors_total{{node=\"{NODE}\",sampler=\"memory\",kind=\"parse\"}} 0"),
-            &format!("nodeguard_build_info{{node=\"{NODE}\",version=\"{}\",cgroup_layout=\"v2\"}} 1", env!("CARGO_PKG_VERSION")),
+            &format!("nodeguard_build_info{{node=\"{NODE}\",version=\"{}\",revision=\"{}\",cgroup_layout=\"v2\"}} 1", env!("CARGO_PKG_VERSION"), nodeguard::export::info::REVISION),
         ],
     );
     // Unlimited (debug-shell, both units): no limit series at all.
@@ -693,7 +693,7 @@ fn v1_cgroupfs_metrics() {
             &format!("nodeguard_container_memory_working_set_bytes{{{api}}} 188743680"),
             &format!("nodeguard_container_zombie_parent_zombies{{{api},parent_comm=\"gunicorn\"}} 1"),
             &format!("nodeguard_container_memory_working_set_bytes{{namespace=\"ci\",pod=\"dind-build-7x9k2\",container=\"dind\",node=\"{NODE}\"}} 192937984"),
-            &format!("nodeguard_build_info{{node=\"{NODE}\",version=\"{}\",cgroup_layout=\"v1\"}} 1", env!("CARGO_PKG_VERSION")),
+            &format!("nodeguard_build_info{{node=\"{NODE}\",version=\"{}\",revision=\"{}\",cgroup_layout=\"v1\"}} 1", env!("CARGO_PKG_VERSION"), nodeguard::export::info::REVISION),
         ],
     );
     // 9223372036854771712 is v1's "no limit": dind and both units have no series.
@@ -835,7 +835,7 @@ fn hybrid_systemd_metrics() {
             &format!("nodeguard_container_zombies{{{runner}}} 3"),
             &format!("nodeguard_container_zombie_parent_zombies{{{runner},parent_comm=\"containerd-shim\"}} 2"),
             &format!("nodeguard_container_zombie_parent_zombies{{{runner},parent_comm=\"Runner.Listener\"}} 1"),
-            &format!("nodeguard_build_info{{node=\"{NODE}\",version=\"{}\",cgroup_layout=\"hybrid\"}} 1", env!("CARGO_PKG_VERSION")),
+            &format!("nodeguard_build_info{{node=\"{NODE}\",version=\"{}\",revision=\"{}\",cgroup_layout=\"hybrid\"}} 1", env!("CARGO_PKG_VERSION"), nodeguard::export::info::REVISION),
         ],
     );
     assert_eq!(

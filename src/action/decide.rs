@@ -14,7 +14,9 @@ use super::Outcome;
 use crate::config::guard::GuardConfig;
 use crate::rule::signal::Target;
 use crate::rule::{ActionKind, Condition, Evaluation, Firing, RuleEngine};
-use crate::snapshot::{BreakerView, GuardStatus, Kind, PendingView, Snapshot, WorkloadSignals};
+use crate::snapshot::{
+    BreakerView, GuardStatus, Kind, PacingView, PendingView, RuleView, Snapshot, WorkloadSignals,
+};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -789,6 +791,79 @@ impl Decider {
         out
     }
 
+    /// A reloaded guard configuration. Breakers follow their rule by name; one whose rule is
+    /// gone, or now takes another action, is released (its cgroups thawed), as a restart does
+    /// for a missing rule. A change of `dry_run` undoes every hold and lets the next tick
+    /// re-apply open breakers through the new actuator, as a restart would. Unchanged rules keep
+    /// their progress and pins; the others start again. Pacing keeps the actions already taken.
+    pub fn reconfigure(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        cfg: GuardConfig,
+        protected_namespaces: Vec<String>,
+    ) -> Vec<Command> {
+        let mut out = Vec::new();
+        let mode_changed = cfg.dry_run != self.cfg.dry_run;
+        // Old index -> new index, for the rules whose whole definition is unchanged.
+        let same: HashMap<usize, usize> = self
+            .cfg
+            .rules
+            .iter()
+            .enumerate()
+            .filter_map(|(j, r)| Some((j, cfg.rules.iter().position(|n| n == r)?)))
+            .collect();
+        for ((id, r), mut b) in std::mem::take(&mut self.breakers) {
+            let name = &self.cfg.rules[r].name;
+            let to = cfg.rules.iter().position(|n| n.name == *name);
+            let why = match to {
+                None => Some("rule removed by a config reload"),
+                Some(i) if cfg.rules[i].action != b.action => {
+                    Some("rule's action changed by a config reload")
+                }
+                Some(_) => None,
+            };
+            match (to, why) {
+                (Some(i), None) => {
+                    if mode_changed {
+                        undo_all(&mut b, &mut out);
+                    }
+                    b.rule = i;
+                    self.breakers.insert((id, i), b);
+                }
+                (_, why) => {
+                    undo_all(&mut b, &mut out);
+                    let why = why.unwrap_or_default();
+                    tracing::info!(rule = %name, namespace = %b.id.namespace, owner = %b.id.owner, container = %b.id.container, why, "breaker released by a config reload");
+                    out.push(Command::Notify(self.event(
+                        &b,
+                        "released",
+                        why,
+                        Duration::ZERO,
+                    )));
+                }
+            }
+        }
+        // The enforcer holds pins by key: keep those whose key still names the same rule.
+        let pins: Vec<Pin> = self.pins.keys().cloned().collect();
+        for pin in pins {
+            if same.get(&pin.0) != Some(&pin.0) {
+                self.pins.remove(&pin);
+                out.push(Command::Unpin(pin));
+            }
+        }
+        let engine = std::mem::replace(&mut self.engine, RuleEngine::new(Vec::new()));
+        self.engine = engine.carry_over(cfg.rules.clone());
+        self.throttle
+            .set_limits(cfg.cooldown, cfg.max_actions_per_10m);
+        self.pending.clear();
+        self.quiet.clear();
+        self.protected_namespaces = protected_namespaces;
+        self.cfg = cfg;
+        out.push(Command::Persist(self.state(now, wall)));
+        out
+    }
+
     pub fn dry_run(&self) -> bool {
         self.cfg.dry_run
     }
@@ -840,6 +915,34 @@ impl Decider {
                 .iter()
                 .map(|((r, a, o), n)| (r.clone(), *a, *o, *n))
                 .collect(),
+            rules: self
+                .cfg
+                .rules
+                .iter()
+                .map(|r| {
+                    let (signal, for_seconds) = match &r.condition {
+                        Condition::Threshold { signal, spec, .. } => {
+                            (Some(*signal), spec.hold_for.as_secs_f64())
+                        }
+                        Condition::RestartLoop(_) => (None, 0.0),
+                    };
+                    RuleView {
+                        name: r.name.clone(),
+                        signal,
+                        above: r.threshold(),
+                        for_seconds,
+                        action: r.action.as_str(),
+                    }
+                })
+                .collect(),
+            pacing: {
+                let (actions_last_10m, max_actions_per_10m, left) = self.throttle.view(now);
+                PacingView {
+                    actions_last_10m,
+                    max_actions_per_10m,
+                    cooldown_remaining_seconds: left.as_secs_f64(),
+                }
+            },
             ..GuardStatus::default()
         }
     }
@@ -1067,5 +1170,83 @@ mod tests {
         let st = dry.status(t0 + 2 * M, wall + 2 * M);
         assert_eq!(st.breakers.len(), 1, "the breaker is kept");
         assert!(st.breakers[0].would_act);
+    }
+
+    /// A decider whose log-flood breaker froze `/kubepods/aaa` (inode 42).
+    fn tripped() -> (Decider, Instant, SystemTime) {
+        let mut d = decider(false);
+        let (t0, wall) = (Instant::now(), SystemTime::now());
+        let s = flood(1900);
+        d.decide(t0, wall, &s, &[]);
+        let cmds = d.decide(t0 + M, wall + M, &s, &[]);
+        let Some(Command::Hold { ticket, .. }) =
+            cmds.iter().find(|c| matches!(c, Command::Hold { .. }))
+        else {
+            panic!("{cmds:?}")
+        };
+        d.settle(
+            t0 + M,
+            wall + M,
+            vec![held(ticket.clone(), Outcome::Done, 42)],
+        );
+        assert_eq!(d.status(t0 + M, wall + M).breakers.len(), 1);
+        (d, t0 + M, wall + M)
+    }
+
+    fn guard_cfg(yaml: &str) -> GuardConfig {
+        Config::from_yaml(yaml).unwrap().guard
+    }
+
+    const RULE: &str = "    - name: log-flood\n      signal: log_lines_per_minute\n      above: 900\n      for: 1m\n      action: freeze\n      hold: 15m\n";
+
+    #[test]
+    fn a_reload_that_drops_a_rule_thaws_its_breakers() {
+        let (mut d, now, wall) = tripped();
+        let cfg = guard_cfg("guard:\n  dry_run: false\n  rules: []\n");
+        let cmds = d.reconfigure(now, wall, cfg, vec![]);
+        assert_eq!(names(&cmds), vec!["undo", "notify", "persist"]);
+        assert_eq!(cmds[0], Command::Undo(aaa(42)));
+        let Command::Notify(e) = &cmds[1] else {
+            unreachable!()
+        };
+        assert_eq!(
+            (e.transition, e.outcome.as_str()),
+            ("released", "rule removed by a config reload")
+        );
+        let Command::Persist(file) = &cmds[2] else {
+            unreachable!()
+        };
+        assert!(file.breakers.is_empty());
+        assert!(d.status(now, wall).breakers.is_empty());
+    }
+
+    #[test]
+    fn a_reload_that_changes_a_threshold_keeps_the_hold() {
+        let (mut d, now, wall) = tripped();
+        let yaml = format!("guard:\n  dry_run: false\n  rules:\n    - name: other\n      signal: zombies\n      above: 5\n      action: report\n{RULE}");
+        let cmds = d.reconfigure(now, wall, guard_cfg(&yaml), vec![]);
+        assert_eq!(names(&cmds), vec!["persist"], "nothing thawed");
+        let st = d.status(now, wall);
+        assert_eq!(st.breakers.len(), 1);
+        assert_eq!(st.breakers[0].rule, "log-flood");
+        assert_eq!(st.rules[1].above, 900.0);
+        // The breaker follows its rule to its new index: its hold still ends, and thaws.
+        let cmds = d.decide(now + 15 * M, wall + 15 * M, &flood(10), &[]);
+        assert_eq!(cmds[0], Command::Undo(aaa(42)));
+    }
+
+    #[test]
+    fn a_reload_into_dry_run_thaws_for_real_and_keeps_the_breaker() {
+        let (mut d, now, wall) = tripped();
+        let yaml = format!("guard:\n  dry_run: true\n  rules:\n{RULE}");
+        let cmds = d.reconfigure(now, wall, guard_cfg(&yaml), vec![]);
+        assert_eq!(names(&cmds), vec!["undo", "persist"]);
+        let st = d.status(now, wall);
+        assert!(st.dry_run && st.breakers[0].would_act);
+        // A rule whose action changed releases its breaker.
+        let yaml = "guard:\n  dry_run: true\n  rules:\n    - name: log-flood\n      signal: log_lines_per_minute\n      above: 900\n      action: report\n";
+        let cmds = d.reconfigure(now, wall, guard_cfg(yaml), vec![]);
+        assert_eq!(names(&cmds), vec!["notify", "persist"]);
+        assert!(d.status(now, wall).breakers.is_empty());
     }
 }

@@ -99,6 +99,23 @@ impl Enforcer {
         &self.state_file
     }
 
+    /// A reloaded config: the actuators (dry run or not, freeze timeout), the webhook, each when
+    /// given. The
+    /// state file, the frozen list and the open handles stay: they are what makes undo safe.
+    pub fn reconfigure(
+        &mut self,
+        actuators: Option<(Box<dyn Actuator>, Box<dyn Actuator>)>,
+        notifier: Option<Notifier>,
+    ) {
+        if let Some((act, undo)) = actuators {
+            self.act = act;
+            self.undo = undo;
+        }
+        if let Some(n) = notifier {
+            self.notifier = n;
+        }
+    }
+
     /// Reads the state file at start. An unreadable one is moved aside (never overwritten by the
     /// next save) and the cgroups it names are adopted as orphans, thawed by `finish_restore`:
     /// with the record of the hold lost, failing open is the only safe choice.

@@ -56,6 +56,26 @@ impl Throttle {
         self.acted_this_tick = true;
         self.recent.push_back(now);
     }
+
+    /// New limits from a reloaded config; the actions already taken still count.
+    pub fn set_limits(&mut self, cooldown: Duration, cap_per_10m: u32) {
+        self.cooldown = cooldown;
+        self.cap = cap_per_10m;
+    }
+
+    /// (actions in the last 10 minutes, cap, cool-down left) at `now`, for `nodeguard status`.
+    pub fn view(&self, now: Instant) -> (u32, u32, Duration) {
+        let n = self
+            .recent
+            .iter()
+            .filter(|t| now.saturating_duration_since(**t) < CAP_WINDOW)
+            .count() as u32;
+        let left = self.recent.back().map_or(Duration::ZERO, |t| {
+            self.cooldown
+                .saturating_sub(now.saturating_duration_since(*t))
+        });
+        (n, self.cap, left)
+    }
 }
 
 #[cfg(test)]
@@ -80,5 +100,13 @@ mod tests {
         t.begin_tick();
         assert_eq!(t.check(t0 + 90 * s), Err("node action cap per 10 minutes"));
         assert_eq!(t.check(t0 + 600 * s), Ok(()));
+        assert_eq!(t.view(t0 + 70 * s), (2, 3, 20 * s));
+        assert_eq!(t.view(t0 + 630 * s), (1, 3, Duration::ZERO));
+        t.set_limits(s, 5);
+        assert_eq!(
+            t.check(t0 + 61 * s),
+            Ok(()),
+            "the past actions count, with the new cap"
+        );
     }
 }

@@ -8,7 +8,7 @@
 
 use super::FieldError;
 use serde::de::DeserializeOwned;
-use serde_yaml::Value;
+use serde_norway::Value;
 use std::collections::HashMap;
 
 /// Errors reported at most in one run; past it the file is mostly not a nodeguard config.
@@ -243,7 +243,7 @@ mod tests {
     }
 
     fn run(yaml: &str) -> (Option<Sec>, Vec<FieldError>, Pruned) {
-        let v: Value = serde_yaml::from_str(yaml).unwrap();
+        let v: Value = serde_norway::from_str(yaml).unwrap();
         let mut errs = Vec::new();
         let mut pruned = Pruned::default();
         let s = section::<Sec>("s", &v, &mut errs, &mut pruned);

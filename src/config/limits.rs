@@ -1,4 +1,4 @@
-//! Caps on the configuration text, checked before serde_yaml builds anything: a config is a few
+//! Caps on the configuration text, checked before the YAML parser builds anything: a config is a few
 //! KB, and without caps a 100 KB file can take seconds to reject (libyaml's scanner costs
 //! O(tokens x flow depth)) or expand into gigabytes through aliases.
 
@@ -15,7 +15,7 @@ pub const MAX_FILE_BYTES: usize = 1 << 20;
 pub const MAX_FLOW_BRACKETS: usize = 256;
 
 /// Most YAML nodes, aliases counted at every use (the shipped config has about 200).
-/// Depth needs no cap of ours: serde_yaml stops at 128 levels ("recursion limit exceeded").
+/// Depth needs no cap of ours: serde_norway stops at 128 levels ("recursion limit exceeded").
 pub const MAX_NODES: usize = 100_000;
 
 /// Rejects text over the size or bracket caps, before any YAML parsing.
@@ -38,9 +38,9 @@ pub fn check_text(text: &str) -> Result<(), String> {
 
 /// Walks the document without building it, counting nodes (each alias use replays its anchor)
 /// and stopping past [`MAX_NODES`]. Syntax errors surface here too.
-pub fn check_nodes(text: &str) -> Result<(), serde_yaml::Error> {
+pub fn check_nodes(text: &str) -> Result<(), serde_norway::Error> {
     let mut left = MAX_NODES;
-    Count(&mut left).deserialize(serde_yaml::Deserializer::from_str(text))
+    Count(&mut left).deserialize(serde_norway::Deserializer::from_str(text))
 }
 
 struct Count<'a>(&'a mut usize);
@@ -138,7 +138,7 @@ mod tests {
         check_text(text).unwrap();
         let mut left = MAX_NODES;
         Count(&mut left)
-            .deserialize(serde_yaml::Deserializer::from_str(text))
+            .deserialize(serde_norway::Deserializer::from_str(text))
             .unwrap();
         assert!(MAX_NODES - left < 1_000, "{} nodes", MAX_NODES - left);
     }

@@ -5,6 +5,7 @@ pub mod bounds;
 mod collect;
 pub mod guard;
 pub mod limits;
+pub mod live;
 
 use bounds::{Bounds, MAX_DURATION};
 use serde::Deserialize;
@@ -226,21 +227,19 @@ impl Config {
     /// Reads and checks a config file, refusing files over [`limits::MAX_FILE_BYTES`] without
     /// reading them whole. Used by the agent and by `check-config` alike.
     pub fn from_file(path: &Path) -> Result<Config, LoadError> {
-        use std::io::Read;
-        let io = |source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let mut text = String::new();
-        // One byte over the cap is enough to know it is too large.
-        file.take(limits::MAX_FILE_BYTES as u64 + 1)
-            .read_to_string(&mut text)
-            .map_err(io)?;
-        Config::from_yaml(&text).map_err(|errors| LoadError::Invalid {
-            path: path.to_path_buf(),
-            errors,
-        })
+        Config::load_file(path).map(|(c, _)| c)
+    }
+
+    /// [`Config::from_file`], also returning the text it was read from (the agent hashes it).
+    pub fn load_file(path: &Path) -> Result<(Config, String), LoadError> {
+        let text = read_text(path)?;
+        match Config::from_yaml(&text) {
+            Ok(c) => Ok((c, text)),
+            Err(errors) => Err(LoadError::Invalid {
+                path: path.to_path_buf(),
+                errors,
+            }),
+        }
     }
 
     pub fn from_yaml(text: &str) -> Result<Config, ConfigErrors> {
@@ -252,8 +251,8 @@ impl Config {
         };
         limits::check_text(text).map_err(document)?;
         limits::check_nodes(text).map_err(|e| document(e.to_string()))?;
-        let root: serde_yaml::Value = match serde_yaml::from_str(text) {
-            Ok(serde_yaml::Value::Null) => serde_yaml::Value::Mapping(Default::default()),
+        let root: serde_norway::Value = match serde_norway::from_str(text) {
+            Ok(serde_norway::Value::Null) => serde_norway::Value::Mapping(Default::default()),
             Ok(v) => v,
             Err(e) => return Err(document(e.to_string())),
         };
@@ -413,6 +412,22 @@ fn check_http(h: &Http, b: &mut Bounds) {
 /// Largest `samplers.logs.max_bytes_per_tick` (a read budget, not a buffer): 16 GiB.
 pub const MAX_LOG_BYTES_PER_TICK: u64 = 16 << 30;
 
+/// The text of a config file, at most one byte over [`limits::MAX_FILE_BYTES`] (enough for
+/// `from_yaml` to refuse it).
+fn read_text(path: &Path) -> Result<String, LoadError> {
+    use std::io::Read;
+    let io = |source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut text = String::new();
+    file.take(limits::MAX_FILE_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(io)?;
+    Ok(text)
+}
+
 /// Why a config file could not be loaded; both name the file.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -426,10 +441,10 @@ pub enum LoadError {
     Invalid { path: PathBuf, errors: ConfigErrors },
 }
 
-fn yaml_key(k: &serde_yaml::Value) -> String {
+fn yaml_key(k: &serde_norway::Value) -> String {
     match k {
-        serde_yaml::Value::String(s) => s.clone(),
-        other => serde_yaml::to_string(other)
+        serde_norway::Value::String(s) => s.clone(),
+        other => serde_norway::to_string(other)
             .unwrap_or_default()
             .trim()
             .to_owned(),
@@ -521,9 +536,9 @@ mod tests {
     }
 
     /// Every leaf of `yaml` with its path, as the errors name them.
-    fn leaves(v: &serde_yaml::Value, path: String, out: &mut Vec<(String, serde_yaml::Value)>) {
+    fn leaves(v: &serde_norway::Value, path: String, out: &mut Vec<(String, serde_norway::Value)>) {
         match v {
-            serde_yaml::Value::Mapping(m) => {
+            serde_norway::Value::Mapping(m) => {
                 for (k, v) in m {
                     let k = yaml_key(k);
                     let p = if path.is_empty() {
@@ -534,7 +549,7 @@ mod tests {
                     leaves(v, p, out);
                 }
             }
-            serde_yaml::Value::Sequence(s) => {
+            serde_norway::Value::Sequence(s) => {
                 for (i, v) in s.iter().enumerate() {
                     leaves(v, format!("{path}[{i}]"), out);
                 }
@@ -543,7 +558,7 @@ mod tests {
         }
     }
 
-    fn set(root: &mut serde_yaml::Value, path: &str, to: serde_yaml::Value) {
+    fn set(root: &mut serde_norway::Value, path: &str, to: serde_norway::Value) {
         let mut node = root;
         for part in path.split('.') {
             let (name, idx) = part.split_once('[').unwrap_or((part, ""));
@@ -556,12 +571,12 @@ mod tests {
     }
 
     /// The shipped config plus the optional rule fields it does not spell out.
-    fn every_field() -> serde_yaml::Value {
-        let mut root: serde_yaml::Value = serde_yaml::from_str(DEFAULT_YAML).unwrap();
+    fn every_field() -> serde_norway::Value {
+        let mut root: serde_norway::Value = serde_norway::from_str(DEFAULT_YAML).unwrap();
         set(&mut root, "guard.rules[0].clear_below", 500.into());
         set(&mut root, "guard.rules[3].clear_below", 0.8.into());
         set(&mut root, "guard.rules[2].clear_for", "1m".into());
-        assert!(Config::from_yaml(&serde_yaml::to_string(&root).unwrap()).is_ok());
+        assert!(Config::from_yaml(&serde_norway::to_string(&root).unwrap()).is_ok());
         root
     }
 
@@ -572,11 +587,11 @@ mod tests {
         leaves(&root, String::new(), &mut all);
         let mut checked = 0;
         for (path, v) in all {
-            let huge: &[serde_yaml::Value] = match &v {
-                serde_yaml::Value::String(s) if humantime::parse_duration(s).is_ok() => {
+            let huge: &[serde_norway::Value] = match &v {
+                serde_norway::Value::String(s) if humantime::parse_duration(s).is_ok() => {
                     &["400000000000y".into(), "367d".into()]
                 }
-                serde_yaml::Value::Number(_) => &[
+                serde_norway::Value::Number(_) => &[
                     f64::NAN.into(),
                     f64::INFINITY.into(),
                     f64::NEG_INFINITY.into(),
@@ -589,7 +604,7 @@ mod tests {
             for bad in huge {
                 let mut r = root.clone();
                 set(&mut r, &path, bad.clone());
-                let text = serde_yaml::to_string(&r).unwrap();
+                let text = serde_norway::to_string(&r).unwrap();
                 let errs = Config::from_yaml(&text)
                     .expect_err(&format!("{path}: {bad:?}"))
                     .0;
@@ -666,7 +681,7 @@ mod tests {
             assert_eq!(errs[0].path, "(document)");
             assert!(errs[0].message.contains("more than"), "{}", errs[0].message);
         }
-        // Block nesting is cut by serde_yaml's own recursion limit.
+        // Block nesting is cut by the YAML parser's own recursion limit (serde_norway, as serde_yaml).
         let mut deep = String::new();
         for d in 0..500 {
             deep.push_str(&format!("{}a:\n", " ".repeat(d)));

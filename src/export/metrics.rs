@@ -634,11 +634,15 @@ impl Collector for SnapshotCollector {
         family(
             &mut enc,
             "build_info",
-            "Agent version and the cgroup layout it detected.",
+            "Agent version, source revision and the cgroup layout it detected.",
             Gauge,
             [(
                 with(
-                    with(node.clone(), "version", env!("CARGO_PKG_VERSION")),
+                    with(
+                        with(node.clone(), "version", env!("CARGO_PKG_VERSION")),
+                        "revision",
+                        super::info::REVISION,
+                    ),
                     "cgroup_layout",
                     s.cgroup_layout.clone(),
                 ),

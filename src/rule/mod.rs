@@ -111,6 +111,19 @@ impl RuleEngine {
         &self.rules
     }
 
+    /// The engine for a reloaded rule list: a rule whose name and definition are unchanged keeps
+    /// its progress (hold timers, restart history); a new or changed rule starts from zero.
+    pub fn carry_over(mut self, rules: Vec<Rule>) -> RuleEngine {
+        let mut next = RuleEngine::new(rules);
+        for (i, rule) in next.rules.iter().enumerate() {
+            if let Some(j) = self.rules.iter().position(|r| r == rule) {
+                next.timers[i] = std::mem::take(&mut self.timers[j]);
+                next.loops[i] = std::mem::take(&mut self.loops[j]);
+            }
+        }
+        next
+    }
+
     /// Forgets the progress of a rule's targets, so they must hold for the full duration again
     /// (half-open after a hold).
     pub fn reset_matching(&mut self, rule: usize, mut matches: impl FnMut(&Target) -> bool) {

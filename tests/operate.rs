@@ -1,0 +1,406 @@
+//! Operating the real binary: the config follows its file (a kubelet-style `..data` symlink
+//! swap, a bad file, SIGHUP) and `nodeguard status` reads the running agent (through a pty, as
+//! JSON, with its exit codes). Real cgroups and processes from the test kit; 127.0.0.1 only;
+//! every wait is bounded; only our own children are signalled.
+
+mod common;
+
+use common::Driver;
+use nodeguard::config::live::hash;
+use nodeguard::discover::kubelet::QosClass;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_nodeguard");
+
+fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split(' ').nth(1)?.parse().ok()?;
+    Some((status, buf.split_once("\r\n\r\n")?.1.to_owned()))
+}
+
+/// A port nothing listens on now (bound, then released).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Polls `f` every 50 ms until it gives a value, at most `limit`; the time it took.
+fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<(T, Duration)> {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if let Some(v) = f() {
+            return Some((v, t0.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// The agent as a child process; SIGTERM and wait on drop (only this child is ever signalled).
+struct Running {
+    child: Child,
+    addr: String,
+    log: PathBuf,
+}
+
+impl Running {
+    fn start(config: &Path, log: PathBuf, extra: &[&str], addr: String) -> Running {
+        let child = Command::new(BIN)
+            .arg("--config")
+            .arg(config)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let r = Running { child, addr, log };
+        let ready = wait_for(Duration::from_secs(30), || {
+            http_get(&r.addr, "/readyz").filter(|(c, _)| *c == 200)
+        });
+        assert!(ready.is_some(), "agent not ready:\n{}", r.log_text());
+        r
+    }
+
+    fn signal(&self, s: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), s).unwrap();
+    }
+
+    fn metrics(&self) -> String {
+        http_get(&self.addr, "/metrics")
+            .map(|x| x.1)
+            .unwrap_or_default()
+    }
+
+    fn state(&self) -> serde_json::Value {
+        http_get(&self.addr, "/api/state")
+            .and_then(|(_, b)| serde_json::from_str(&b).ok())
+            .unwrap_or_default()
+    }
+
+    fn live_hash(&self) -> Option<String> {
+        let m = self.metrics();
+        let line = m
+            .lines()
+            .find(|l| l.starts_with("nodeguard_config_info{"))?;
+        let h = line.split("hash=\"").nth(1)?.split('"').next()?;
+        Some(h.to_owned())
+    }
+
+    fn counter(&self, name: &str) -> Option<f64> {
+        let m = self.metrics();
+        let line = m
+            .lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))?;
+        line.rsplit(' ').next()?.parse().ok()
+    }
+
+    /// Pending entries of `rule`.
+    fn pending(&self, rule: &str) -> usize {
+        let s = self.state();
+        s["guard"]["pending"]
+            .as_array()
+            .map_or(0, |p| p.iter().filter(|x| x["rule"] == rule).count())
+    }
+
+    fn ticks(&self) -> u64 {
+        self.state()["agent"]["ticks_total"].as_u64().unwrap_or(0)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let _ = self.child.wait();
+    }
+}
+
+/// The kubelet's atomic writer: `<dir>/nodeguard.yaml -> ..data/nodeguard.yaml`, `..data` a
+/// symlink to a timestamped directory, swapped by a rename.
+struct MountedConfig {
+    dir: PathBuf,
+    version: u32,
+}
+
+impl MountedConfig {
+    fn new(dir: PathBuf, text: &str) -> MountedConfig {
+        let mut m = MountedConfig { dir, version: 0 };
+        m.publish(text);
+        std::os::unix::fs::symlink("..data/nodeguard.yaml", m.file()).unwrap();
+        m
+    }
+
+    fn file(&self) -> PathBuf {
+        self.dir.join("nodeguard.yaml")
+    }
+
+    fn publish(&mut self, text: &str) {
+        self.version += 1;
+        let ts = format!(
+            "..2026_01_01_00_00_{:02}.{}",
+            self.version,
+            std::process::id()
+        );
+        std::fs::create_dir(self.dir.join(&ts)).unwrap();
+        std::fs::write(self.dir.join(&ts).join("nodeguard.yaml"), text).unwrap();
+        let tmp = self.dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&ts, &tmp).unwrap();
+        std::fs::rename(&tmp, self.dir.join("..data")).unwrap();
+    }
+}
+
+fn zombie_rule(above: u32) -> String {
+    format!(
+        "guard:\n  state_file: STATE\n  rules:\n    - name: zombie-parent\n      signal: zombies\n      above: {above}\n      for: 1h\n      action: report\n"
+    )
+}
+
+/// A test node with one container whose process keeps two zombies; its config text for `port`.
+fn node_with_zombies(pod_name: &str) -> Option<(common::TestNode, impl Fn(u16, u32) -> String)> {
+    let mut n = common::node()?;
+    let pod = n.pod(Driver::Cgroupfs, QosClass::Burstable, "ops", pod_name);
+    let c = n.container(&pod, "reaper", 0);
+    n.spawn(&c, &["zombies", "2"]);
+    let base = n.config_yaml("guard:\n");
+    let base = base.trim_end_matches("guard:\n").to_owned();
+    let state = n.state_file();
+    let text = move |port: u16, above: u32| {
+        let rule = zombie_rule(above).replace("STATE", &state.display().to_string());
+        format!(
+            "{}{rule}",
+            base.replace("127.0.0.1:0", &format!("127.0.0.1:{port}"))
+                .replace("interval: 1s", "interval: 500ms")
+        )
+    };
+    Some((n, text))
+}
+
+#[test]
+fn config_follows_a_symlink_swap_and_a_bad_file_keeps_the_running_one() {
+    let Some((n, text)) = node_with_zombies("keeper-0") else {
+        return;
+    };
+    let port = free_port();
+    let cfg_dir = n.dir.path().join("etc");
+    std::fs::create_dir(&cfg_dir).unwrap();
+    let (quiet, holding) = (text(port, 1000), text(port, 1));
+    let mut mounted = MountedConfig::new(cfg_dir, &quiet);
+    let agent = Running::start(
+        &mounted.file(),
+        n.dir.path().join("agent.log"),
+        &[],
+        format!("127.0.0.1:{port}"),
+    );
+    assert_eq!(agent.live_hash(), Some(hash(&quiet)));
+    assert_eq!(agent.pending("zombie-parent"), 0, "{}", agent.state());
+
+    // A threshold change by symlink swap: the new hash, then the rule holding on our container.
+    mounted.publish(&holding);
+    let (_, seen) = wait_for(Duration::from_secs(20), || {
+        (agent.live_hash() == Some(hash(&holding))).then_some(())
+    })
+    .unwrap_or_else(|| panic!("new hash never seen:\n{}", agent.log_text()));
+    let (_, effect) = wait_for(Duration::from_secs(20), || {
+        (agent.pending("zombie-parent") == 1).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the new threshold never held:\n{}", agent.state()));
+    eprintln!(
+        "reload figures: new config_info hash seen {:.2}s after the ..data swap, its rule holding {:.2}s after that",
+        seen.as_secs_f64(),
+        effect.as_secs_f64()
+    );
+    assert_eq!(agent.counter("nodeguard_config_reloads_total"), Some(1.0));
+
+    // A bad file: refused, counted, named in one log line; the running config stays.
+    mounted.publish(
+        &holding
+            .replace("interval: 500ms", "interval: soon")
+            .replace("action: report", "action: explode"),
+    );
+    let (_, refused) = wait_for(Duration::from_secs(20), || {
+        (agent.counter("nodeguard_config_reload_failures_total") == Some(1.0)).then_some(())
+    })
+    .unwrap_or_else(|| panic!("bad config not counted:\n{}", agent.log_text()));
+    eprintln!(
+        "reload figures: bad config refused {:.2}s after the swap",
+        refused.as_secs_f64()
+    );
+    assert_eq!(agent.live_hash(), Some(hash(&holding)));
+    assert_eq!(
+        agent.counter("nodeguard_config_last_reload_success"),
+        Some(0.0)
+    );
+    let before = agent.ticks();
+    assert!(
+        wait_for(Duration::from_secs(20), || (agent.ticks() >= before + 2)
+            .then_some(()))
+        .is_some(),
+        "ticks stopped after a bad config"
+    );
+    assert_eq!(agent.pending("zombie-parent"), 1, "the old rule still runs");
+    let log = agent.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("config reload rejected"))
+        .unwrap_or_else(|| panic!("no rejection line:\n{log}"));
+    assert!(line.contains("interval, guard.rules[0].action"), "{line}");
+
+    // Fixed again: accepted, and the last attempt is a success.
+    mounted.publish(&quiet);
+    wait_for(Duration::from_secs(20), || {
+        (agent.live_hash() == Some(hash(&quiet))).then_some(())
+    })
+    .expect("fixed config never applied");
+    assert_eq!(
+        agent.counter("nodeguard_config_last_reload_success"),
+        Some(1.0)
+    );
+    assert_eq!(agent.counter("nodeguard_config_reloads_total"), Some(2.0));
+}
+
+/// `nodeguard status` as a person runs it: through a pseudo-terminal (`script`, util-linux).
+fn status_on_a_pty(url: &str, extra: &str) -> (Option<i32>, String) {
+    let cmd = format!("{BIN} status --url {url} {extra}");
+    let out = Command::new("script")
+        .args(["-q", "-e", "-c", &cmd, "/dev/null"])
+        .env_remove("NO_COLOR")
+        .env("TERM", "xterm")
+        .output()
+        .expect("script (util-linux) must be installed");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn status_piped(url: &str, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .args(["status", "--url", url])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn status_reads_the_running_agent_and_sighup_reloads() {
+    let Some((n, text)) = node_with_zombies("evil-\u{1b}[2J\u{1b}]0;owned\u{7}-0") else {
+        return;
+    };
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let file = n.dir.path().join("nodeguard.yaml");
+    let quiet = text(port, 1000);
+    std::fs::write(&file, &quiet).unwrap();
+    // No file watch: only SIGHUP reloads.
+    let agent = Running::start(
+        &file,
+        n.dir.path().join("agent.log"),
+        &["--config-poll", "0s"],
+        format!("127.0.0.1:{port}"),
+    );
+    let ours = |v: &serde_json::Value| {
+        v["workloads"].as_array().and_then(|w| {
+            w.iter()
+                .find(|r| r["namespace"] == "ops" && r["zombies"] == 2)
+                .cloned()
+        })
+    };
+    // Quiet: exit 0, and the JSON view parses with our container in it.
+    let ((code, json), _) = wait_for(Duration::from_secs(20), || {
+        let (code, out) = status_piped(&url, &["-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+        ours(&v)?;
+        Some((code, v))
+    })
+    .expect("our container never showed in status -o json");
+    assert_eq!(code, Some(0), "{json}");
+    assert_eq!(json["mode"], "DRY-RUN");
+    assert_eq!(json["exit_code"], 0);
+    assert_eq!(json["config"]["hash"], hash(&quiet));
+    assert_eq!(ours(&json).unwrap()["marked"], serde_json::json!([]));
+
+    // A file change alone does nothing without the watch (two ticks later the hash is old)...
+    let holding = text(port, 1);
+    std::fs::write(&file, &holding).unwrap();
+    let before = agent.ticks();
+    wait_for(Duration::from_secs(20), || {
+        (agent.ticks() >= before + 2).then_some(())
+    })
+    .expect("ticks");
+    assert_eq!(agent.live_hash(), Some(hash(&quiet)));
+    // ... SIGHUP applies it.
+    agent.signal(nix::sys::signal::Signal::SIGHUP);
+    let (_, seen) = wait_for(Duration::from_secs(20), || {
+        (agent.live_hash() == Some(hash(&holding))).then_some(())
+    })
+    .unwrap_or_else(|| panic!("SIGHUP did not reload:\n{}", agent.log_text()));
+    eprintln!(
+        "reload figures: SIGHUP to new config_info hash {:.3}s",
+        seen.as_secs_f64()
+    );
+    assert!(agent.log_text().contains("\"trigger\":\"sighup\""));
+
+    // Pending now: exit 1, through a pty with colours, the hostile name escaped.
+    let ((code, screen), _) = wait_for(Duration::from_secs(20), || {
+        let (code, out) = status_on_a_pty(&url, "-n ops");
+        out.contains("pending (1)").then_some((code, out))
+    })
+    .unwrap_or_else(|| panic!("no pending rule in status:\n{}", status_piped(&url, &[]).1));
+    eprintln!("status screen (pty):\n{screen}");
+    assert_eq!(code, Some(1), "{screen}");
+    assert!(
+        screen.contains("\u{1b}[1;33mDRY-RUN\u{1b}[0m"),
+        "colour on a terminal: {screen:?}"
+    );
+    assert!(
+        screen.contains("ops/evil-\\x1b[2J\\x1b]0;owned\\x07-0/reaper"),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains("\u{1b}[2J") && !screen.contains("\u{1b}]0"),
+        "raw ESC reached the terminal: {screen:?}"
+    );
+    assert!(
+        screen.contains(&format!("config {}", hash(&holding))),
+        "{screen}"
+    );
+    assert!(screen.contains("2*"), "zombies cell marked: {screen}");
+
+    // Piped: the same content, no escape sequence at all.
+    let (code, plain) = status_piped(&url, &["-o", "wide", "--sort", "zombies", "--top", "1"]);
+    assert_eq!(code, Some(1));
+    assert!(!plain.contains('\u{1b}'), "{plain:?}");
+    assert!(
+        plain.contains("STDERR/MIN") && plain.contains("evil-\\x1b"),
+        "{plain}"
+    );
+    eprintln!("status screen (piped, -o wide --sort zombies --top 1):\n{plain}");
+
+    // Unreachable: exit 2, with the reason on stderr.
+    drop(agent);
+    let out = Command::new(BIN)
+        .args(["status", "--url", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the agent"));
+}
