@@ -123,10 +123,11 @@ pub struct LogTailer {
     files: BTreeMap<ContainerKey, Tracked>,
     /// Handles of replaced, removed and older files: read to their end, then closed.
     draining: Vec<Tracked>,
-    /// Inodes of a container's older `<N>.log` already opened once: never opened again.
-    opened_older: HashMap<ContainerKey, HashSet<u64>>,
-    /// Inodes seen by the first pass but not opened then; still backlog when they open.
-    unopened_at_start: HashMap<ContainerKey, HashSet<u64>>,
+    /// `(N, inode)` of a container's older `<N>.log` already opened once, while still listed:
+    /// never opened again.
+    opened_older: HashMap<ContainerKey, HashSet<(u32, u64)>>,
+    /// `(N, inode)` seen by the first pass but not opened then; still backlog when they open.
+    unopened_at_start: HashMap<ContainerKey, HashSet<(u32, u64)>>,
     /// The previous listing, reused for a directory whose listing fails (e.g. EMFILE), so that a
     /// transient error neither drops containers nor recounts their files as new.
     last_scan: Scan,
@@ -413,15 +414,27 @@ impl LogTailer {
             }
             if let Some(old) = self.files.remove(&key) {
                 if scan.contains_key(&key) {
-                    self.opened_older.entry(key).or_default().insert(old.ino);
+                    self.opened_older
+                        .entry(key)
+                        .or_default()
+                        .insert((old.n, old.ino));
                     self.draining.push(old);
                 }
                 // Lines of a container no longer listed could not be reported: closed now.
             }
         }
         self.draining.retain(|t| scan.contains_key(&t.container));
-        self.opened_older.retain(|k, _| scan.contains_key(k));
-        self.unopened_at_start.retain(|k, _| scan.contains_key(k));
+        // Only files still listed: once a file is gone its inode number can be reused by a new
+        // log, which must then be read like any new file (an inode alone is no identity).
+        for set in [&mut self.opened_older, &mut self.unopened_at_start] {
+            set.retain(|k, files| {
+                let Some(cs) = scan.get(k) else {
+                    return false;
+                };
+                files.retain(|f| cs.logs.contains(f));
+                !files.is_empty()
+            });
+        }
 
         let mut current = Vec::new();
         let mut older = Vec::new();
@@ -431,11 +444,11 @@ impl LogTailer {
             };
             let done = self.opened_older.get(key);
             // A file read once as an older one (its successor was removed) is not read again.
-            if !self.files.contains_key(key) && !done.is_some_and(|d| d.contains(&ino)) {
+            if !self.files.contains_key(key) && !done.is_some_and(|d| d.contains(&(n, ino))) {
                 current.push((key, cs, n, ino));
             }
             for &(n, ino) in rest {
-                if !done.is_some_and(|d| d.contains(&ino)) {
+                if !done.is_some_and(|d| d.contains(&(n, ino))) {
                     older.push((key, cs, n, ino));
                 }
             }
@@ -459,7 +472,7 @@ impl LogTailer {
                     self.unopened_at_start
                         .entry(key.clone())
                         .or_default()
-                        .insert(ino);
+                        .insert((n, ino));
                 }
                 continue;
             }
@@ -471,7 +484,7 @@ impl LogTailer {
                         self.opened_older
                             .entry(key.clone())
                             .or_default()
-                            .insert(ino);
+                            .insert((n, ino));
                         self.draining.push(t);
                     }
                 }
@@ -486,7 +499,7 @@ impl LogTailer {
                         self.unopened_at_start
                             .entry(key.clone())
                             .or_default()
-                            .insert(ino);
+                            .insert((n, ino));
                     }
                     errors.push(ReadError::io(&path, e));
                 }
@@ -509,7 +522,7 @@ impl LogTailer {
             || self
                 .unopened_at_start
                 .get(key)
-                .is_some_and(|s| s.contains(&ino));
+                .is_some_and(|s| s.contains(&(n, ino)));
         // O_NONBLOCK: a FIFO that slipped in under a log name must not block the agent in open().
         let fd = match fsio::open_beneath(root, &rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK) {
             Ok(fd) => fd,
@@ -525,7 +538,7 @@ impl LogTailer {
         if tracked.is_none() {
             self.stats.skipped_not_regular += 1;
         } else if let Some(s) = self.unopened_at_start.get_mut(key) {
-            s.remove(&ino);
+            s.remove(&(n, ino));
         }
         Ok(tracked)
     }
@@ -840,6 +853,26 @@ mod tests {
         assert_eq!(s[1].id.container, "sidecar");
         assert_eq!(s[1].new_lines, counts(3, 0, 0));
         assert!(s[0].backlog_lines.is_zero() && s[1].backlog_lines.is_zero());
+    }
+
+    #[test]
+    fn a_new_log_on_the_inode_of_a_drained_one_is_read() {
+        // A drained older file is deleted and its inode number reused by the next log: the
+        // filesystem does this (seen as a flaky count on tmpfs). Simulated with a hard link that
+        // keeps the inode while the old name goes, then new content.
+        let tree = Tree::new();
+        let app = tree.container(POD, "app");
+        tree.append(&app.join("0.log"), &lines("stdout", 2));
+        tree.append(&app.join("1.log"), &lines("stdout", 1));
+        let mut t = LogTailer::new(tree.root(), 1 << 20);
+        sample_ok(&mut t);
+        sample_ok(&mut t);
+        fs::hard_link(app.join("0.log"), app.join("2.log")).unwrap();
+        fs::remove_file(app.join("0.log")).unwrap();
+        fs::write(app.join("2.log"), lines("stderr", 3)).unwrap();
+        let s = sample_ok(&mut t);
+        assert_eq!(only(&s).new_lines, counts(0, 3, 0));
+        assert_eq!(only(&s).max_restart_number, Some(2));
     }
 
     #[test]
