@@ -155,6 +155,7 @@ fn rows() -> Vec<Row> {
                     .desc("Zombies held per non-reaping parent command (pids: /api/state).")
                     .q("topk by (node) (10, nodeguard_container_zombie_parent_zombies{@W})", WL),
                 panel("TCP sockets by state", Timeseries, "short", 8)
+                    .desc("Needs samplers.sockets.tcp_states: true (off by default: it reads every socket's state).")
                     .q("sum by (node, state) (nodeguard_container_tcp_sockets{@W})", "{{node}} {{state}}"),
                 panel("Pod network namespaces", Timeseries, "short", 8)
                     .desc("Sockets in use and TIME_WAIT in each pod's own netns (hostNetwork pods are the node's: listed as such).")
