@@ -1,16 +1,24 @@
 # syntax=docker/dockerfile:1
 # nodeguard: one static musl binary on an empty (scratch) image, for linux/amd64 and linux/arm64.
 #   docker buildx build --platform linux/arm64,linux/amd64 -t REGISTRY/nodeguard:0.1.0 --push .
+# (the whole release, digest pinning and the checks of the pushed image: docs/release.md)
 # The build stage runs on the builder's own platform and cross-compiles (no emulation); the
 # linkers are set in .cargo/config.toml (aarch64) and below (x86_64 from an arm64 builder).
-# Checked statically by scripts/ship-check (checkov, stages, build context); the same static
-# builds are made and tested by scripts/cross-test. Choices: docs/deploy.md ("Image").
+# Checked statically by scripts/ship-check (checkov, stages, build context, cargo auditable); the
+# same static builds are made and tested by scripts/cross-test and scripts/release-check.
+# Choices: docs/deploy.md ("Image").
 
 ARG RUST_VERSION=1.95
+ARG CARGO_AUDITABLE_VERSION=0.7.7
 
 FROM --platform=$BUILDPLATFORM rust:${RUST_VERSION}-slim-bookworm AS build
 ARG TARGETARCH
 ARG BUILDARCH
+ARG CARGO_AUDITABLE_VERSION
+# cargo auditable embeds the dependency list (.dep-v0) so scanners (cargo audit bin, trivy, syft,
+# grype) can read what the binary holds.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    cargo install --locked "cargo-auditable@${CARGO_AUDITABLE_VERSION}"
 # The rust image has the native gcc; a cross build adds the other architecture's gcc as linker.
 RUN set -eux; \
     case "$TARGETARCH" in \
@@ -36,7 +44,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target,id=nodeguard-target-${TARGETARCH} \
     set -eux; \
     target="$(cat /rust-target)"; \
-    cargo build --release --locked --target "$target" --bin nodeguard; \
+    cargo auditable build --release --locked --target "$target" --bin nodeguard; \
     cp "target/$target/release/nodeguard" /nodeguard
 
 FROM scratch
