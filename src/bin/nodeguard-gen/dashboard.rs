@@ -216,7 +216,15 @@ fn rows() -> Vec<Row> {
                     .desc("0: switched off (missing capability or kernel module): NodeguardFeatureUnavailable.")
                     .q("nodeguard_feature_available{@N}", "{{node}} {{feature}}"),
                 panel("Build", Table, "short", 8)
-                    .q("nodeguard_build_info{@N}", "{{node}} {{version}} {{cgroup_layout}}"),
+                    .q("nodeguard_build_info{@N}", "{{node}} {{version}} {{revision}} {{cgroup_layout}}"),
+                panel("Config", Table, "short", 8)
+                    .desc("The config hash live on each node (compare with Git), reloads, refused reloads, and whether a changed key waits for a restart.")
+                    .q("nodeguard_config_info{@N}", "{{node}} {{hash}}")
+                    .q("nodeguard_config_last_reload_success{@N}", "last reload ok {{node}}")
+                    .q("time() - nodeguard_config_last_reload_success_timestamp_seconds{@N}", "since last good reload {{node}}")
+                    .q("increase(nodeguard_config_reloads_total{@N}[$__range])", "reloads {{node}}")
+                    .q("increase(nodeguard_config_reload_failures_total{@N}[$__range])", "refused {{node}}")
+                    .q("nodeguard_config_restart_required{@N}", "restart required {{node}}"),
                 panel("Files and log tailer", Timeseries, "short", 8)
                     .q("nodeguard_process_open_fds{@N}", "open fds {{node}}")
                     .q("nodeguard_log_files_open{@N}", "log files open {{node}}")
