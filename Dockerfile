@@ -15,6 +15,9 @@ FROM --platform=$BUILDPLATFORM rust:${RUST_VERSION}-slim-bookworm AS build
 ARG TARGETARCH
 ARG BUILDARCH
 ARG CARGO_AUDITABLE_VERSION
+# The source revision for nodeguard_build_info{revision} (the build context has no .git):
+#   --build-arg NODEGUARD_REVISION=$(git rev-parse --short=12 HEAD)
+ARG NODEGUARD_REVISION=
 # cargo auditable embeds the dependency list (.dep-v0) so scanners (cargo audit bin, trivy, syft,
 # grype) can read what the binary holds.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
@@ -35,7 +38,7 @@ RUN set -eux; \
     echo "$target" > /rust-target
 ENV CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER=x86_64-linux-gnu-gcc
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY .cargo ./.cargo
 COPY config ./config
 COPY benches ./benches
@@ -44,7 +47,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target,id=nodeguard-target-${TARGETARCH} \
     set -eux; \
     target="$(cat /rust-target)"; \
-    cargo auditable build --release --locked --target "$target" --bin nodeguard; \
+    NODEGUARD_REVISION="$NODEGUARD_REVISION" \
+      cargo auditable build --release --locked --target "$target" --bin nodeguard; \
     cp "target/$target/release/nodeguard" /nodeguard
 
 FROM scratch
