@@ -2,6 +2,7 @@
 //! container being recreated (they are keyed by workload identity, not by cgroup), and rates are
 //! computed over trailing windows.
 
+pub mod full;
 pub mod rate;
 pub mod restarts;
 
