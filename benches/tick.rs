@@ -9,6 +9,7 @@ use nodeguard::clock::SystemClock;
 use nodeguard::config::Config;
 use nodeguard::export::metrics::{registry, render};
 use nodeguard::sample::logs::LineCounts;
+use nodeguard::sample::pids::PidsSample;
 use nodeguard::sample::procs::ZombieParent;
 use nodeguard::snapshot::{
     DumpStatus, Held, MemoryValues, NetnsSockets, NodeConntrack, PodSignals, Snapshot,
@@ -181,6 +182,14 @@ fn full_snapshot(pods: usize) -> Snapshot {
                     },
                     stale: false,
                 }),
+                pids: Some(Held {
+                    value: PidsSample {
+                        current: 23,
+                        limit: Some(1024),
+                    },
+                    stale: false,
+                }),
+                memory_full_in_seconds: (p % 50 == 0).then_some(1800.0),
             });
         }
         snap.pods.push(PodSignals {

@@ -928,6 +928,8 @@ mod tests {
                 },
                 restarts_total: 0,
                 sockets: None,
+                pids: None,
+                memory_full_in_seconds: None,
             }],
             ..Snapshot::default()
         }

@@ -125,6 +125,8 @@ fn w(r: &Rig, ns: &str, pod: &str, c: &str, id: &str, per_min: u64) -> WorkloadS
             value: SocketCounts::default(),
             stale: false,
         }),
+        pids: None,
+        memory_full_in_seconds: None,
     }
 }
 

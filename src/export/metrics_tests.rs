@@ -65,6 +65,8 @@ fn workload(ns: &str, pod: &str, container: &str, comms: &[String]) -> WorkloadS
         log_lines_per_minute: LineCounts::default(),
         restarts_total: 0,
         sockets: None,
+        pids: None,
+        memory_full_in_seconds: None,
     }
 }
 
