@@ -12,6 +12,7 @@ use nodeguard::sample::logs::LineCounts;
 use nodeguard::sample::pids::PidsSample;
 use nodeguard::sample::procs::ZombieParent;
 use nodeguard::snapshot::{
+    EphemeralPorts,
     DumpStatus, Held, MemoryValues, NetnsSockets, NodeConntrack, PodSignals, Snapshot,
     SocketCounts, WorkloadSignals,
 };
@@ -210,6 +211,11 @@ fn full_snapshot(pods: usize) -> Snapshot {
             addresses: vec![format!("10.42.{}.{}", p / 250, p % 250 + 2)
                 .parse()
                 .unwrap()],
+            ephemeral_ports: Some(EphemeralPorts {
+                available: 28232,
+                used: (p % 10 == 0).then_some(15_000),
+                used_top_destination: (p % 10 == 0).then_some(14_000),
+            }),
         });
     }
     snap

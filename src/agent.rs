@@ -116,7 +116,8 @@ impl Agent {
                         .then(|| s.conntrack.host_netns.clone()),
                 }),
                 clock.clone(),
-            ),
+            )
+            .with_ports(s.ports.enabled.then_some(s.ports.trigger)),
         )
         .with_pids(
             s.processes

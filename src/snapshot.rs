@@ -172,6 +172,19 @@ pub struct PodSignals {
     pub netns_sockets: Option<NetnsSockets>,
     /// The pod's local addresses, used to attribute the node's conntrack entries.
     pub addresses: Vec<IpAddr>,
+    /// Ephemeral ports of the pod's netns; `None` when the range could not be read.
+    pub ephemeral_ports: Option<EphemeralPorts>,
+}
+
+/// The pod netns's ephemeral ports: the range minus reserved ports, and (only while the pod's TCP
+/// sockets reach `samplers.ports.trigger` of it) the ports its TCP sockets hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EphemeralPorts {
+    pub available: u64,
+    /// Distinct ports held by any TCP socket (what `bind(0)` runs out of).
+    pub used: Option<u64>,
+    /// Ports a `connect` to the busiest destination cannot take (what `connect` runs out of).
+    pub used_top_destination: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

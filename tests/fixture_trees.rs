@@ -337,6 +337,7 @@ fn v2_systemd_snapshot() {
         host_conntrack_entries: None,
         netns_sockets: None,
         addresses: vec![],
+        ephemeral_ports: None,
     };
     assert_eq!(
         snap.pods,
@@ -667,6 +668,7 @@ fn v1_cgroupfs_snapshot() {
         host_conntrack_entries: None,
         netns_sockets: None,
         addresses: vec![],
+        ephemeral_ports: None,
     };
     assert_eq!(
         snap.pods,
@@ -810,6 +812,7 @@ fn hybrid_systemd_snapshot() {
         host_conntrack_entries: None,
         netns_sockets: None,
         addresses: vec![],
+        ephemeral_ports: None,
     };
     assert_eq!(
         snap.pods,

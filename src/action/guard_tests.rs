@@ -327,6 +327,7 @@ fn node_conntrack_pressure_freezes_the_top_pod_above_the_floor_only() {
         host_conntrack_entries: None,
         netns_sockets: None,
         addresses: vec![],
+        ephemeral_ports: None,
     };
     s.node_conntrack = Some(NodeConntrack {
         entries: 120_000,

@@ -366,6 +366,33 @@ impl Collector for SnapshotCollector {
         )?;
         family(
             &mut enc,
+            "pod_ephemeral_ports_available",
+            "Ports of the pod netns's ip_local_port_range minus ip_local_reserved_ports.",
+            Gauge,
+            s.pods
+                .iter()
+                .filter_map(|p| Some((pl(p), p.ephemeral_ports?.available))),
+        )?;
+        family(
+            &mut enc,
+            "pod_ephemeral_ports_used",
+            "Distinct ephemeral ports held by the pod netns's TCP sockets (TIME_WAIT included); only while its sockets reach samplers.ports.trigger of the available ports.",
+            Gauge,
+            s.pods
+                .iter()
+                .filter_map(|p| Some((pl(p), p.ephemeral_ports?.used?))),
+        )?;
+        family(
+            &mut enc,
+            "pod_ephemeral_ports_used_top_destination",
+            "Ephemeral ports a connect to the pod's busiest destination cannot take: used towards it, or held by listening and bound-only sockets.",
+            Gauge,
+            s.pods
+                .iter()
+                .filter_map(|p| Some((pl(p), p.ephemeral_ports?.used_top_destination?))),
+        )?;
+        family(
+            &mut enc,
             "pod_netns_tcp_time_wait",
             "TCP sockets in TIME_WAIT in the pod's network namespace.",
             Gauge,

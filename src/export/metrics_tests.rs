@@ -94,6 +94,7 @@ fn hostile_snapshot() -> Snapshot {
             host_conntrack_entries: None,
             netns_sockets: None,
             addresses: vec![],
+            ephemeral_ports: None,
         });
     }
     // Two parents of one comm in one container: one series, their sum.

@@ -61,6 +61,7 @@ const PROCESSES: usize = 2;
 const LOGS: usize = 3;
 const SOCKETS: usize = 4;
 const CONNTRACK: usize = 5;
+const PORTS: usize = 6;
 
 impl Samplers {
     pub fn new(
@@ -79,6 +80,7 @@ impl Samplers {
             SamplerHealth::new("logs", logs.is_some()),
             SamplerHealth::new("sockets", net.sockets_enabled()),
             SamplerHealth::new("conntrack", net.conntrack_enabled()),
+            SamplerHealth::new("ports", net.ports_enabled()),
         ];
         Samplers {
             clock,
@@ -239,7 +241,7 @@ impl Samplers {
         }
         let t = self.clock.now();
         let (mut sock_errors, mut ct_errors) = (Vec::new(), Vec::new());
-        let net = self.net.sample(
+        let mut net = self.net.sample(
             &tick.inventory,
             &tick.pids,
             &mut sock_errors,
@@ -251,6 +253,11 @@ impl Samplers {
         }
         if self.net.conntrack_enabled() {
             self.health[CONNTRACK].finish(t, end, &ct_errors, true);
+        }
+        // Only ticks that read a namespace make a ports pass; an idle tick is a fresh one too.
+        if self.net.ports_enabled() {
+            let (took, errors) = net.ports_pass.take().unwrap_or_default();
+            self.health[PORTS].finish(end.checked_sub(took).unwrap_or(end), end, &errors, true);
         }
         tick.net = Some(net);
     }

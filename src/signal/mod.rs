@@ -375,6 +375,13 @@ impl Tracker {
                 host_conntrack_entries: net.and_then(|n| n.host_conntrack_entries),
                 netns_sockets: net.and_then(|n| n.netns_sockets),
                 addresses: net.map(|n| n.addresses.clone()).unwrap_or_default(),
+                ephemeral_ports: net.and_then(|n| n.ports).map(|(available, usage)| {
+                    crate::snapshot::EphemeralPorts {
+                        available,
+                        used: usage.map(|u| u.used),
+                        used_top_destination: usage.map(|u| u.used_top_destination),
+                    }
+                }),
             });
         }
         self.pods.retain(|uid, _| live.contains(uid));

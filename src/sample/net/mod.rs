@@ -8,5 +8,7 @@ pub mod ctnetlink;
 pub mod dump;
 pub mod inet;
 pub mod sampler;
+pub mod ports;
+pub mod sockdiag;
 pub mod sockets;
 pub mod sockstat;
