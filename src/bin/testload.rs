@@ -26,7 +26,7 @@ fn usage() -> ExitCode {
          modes: idle | zombies N | alloc BYTES | oom BYTES\n       \
          | listen ADDR | connect ADDR TCP_N UDP_N\n       \
          | storm ADDR CYCLES --log FILE [--cycle-ms MS] [--max-loops N]\n       \
-         | forker N"
+         | forker N | tasks THREADS ZOMBIES | exhaust ADDR MAX REPORT_FILE"
     );
     ExitCode::from(64)
 }
@@ -140,6 +140,65 @@ fn main() -> ExitCode {
             }
             let _ = watcher.join();
             return ExitCode::SUCCESS;
+        }
+        Some("tasks") => {
+            // Zombies first, while single-threaded (fork in a threaded process is unsafe).
+            let zombies: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+            if n > 1000 || zombies > 1000 {
+                return usage();
+            }
+            for _ in 0..zombies {
+                // SAFETY: still single-threaded here; the child only calls _exit.
+                match unsafe { nix::unistd::fork() } {
+                    Ok(nix::unistd::ForkResult::Child) => unsafe { nix::libc::_exit(0) },
+                    Ok(nix::unistd::ForkResult::Parent { child }) => children.push(child),
+                    Err(e) => {
+                        eprintln!("fork: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            for c in &children {
+                while !is_zombie(c.as_raw()) {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            // Threads that park until the process exits (they die with it).
+            for i in 0..n {
+                if std::thread::Builder::new()
+                    .name(format!("idle-{i}"))
+                    .spawn(|| loop {
+                        std::thread::park();
+                    })
+                    .is_err()
+                {
+                    eprintln!("thread {i}: cannot spawn");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        Some("exhaust") => {
+            let parsed = (
+                args.get(1).and_then(|a| a.parse::<SocketAddr>().ok()),
+                args.get(2).and_then(|a| a.parse::<usize>().ok()),
+                args.get(3).map(PathBuf::from),
+            );
+            let (Some(addr), Some(max), Some(report)) = parsed else {
+                return usage();
+            };
+            match exhaust(addr, max) {
+                Ok((h, n)) => {
+                    held = h;
+                    if let Err(e) = std::fs::write(&report, format!("{n} EADDRNOTAVAIL\n")) {
+                        eprintln!("report {}: {e}", report.display());
+                        return ExitCode::FAILURE;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("exhaust {addr}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
         }
         Some("forker") => {
             let n = usize::try_from(n).unwrap_or(0);
@@ -268,6 +327,22 @@ fn connect(addr: SocketAddr, tcp_n: usize, udp_n: usize) -> Result<Held, String>
         held.udp.push(s);
     }
     Ok(held)
+}
+
+/// Opens TCP connections to `addr` until `connect` fails; succeeds only if it failed with
+/// EADDRNOTAVAIL (the ephemeral ports ran out) within `max` connections.
+fn exhaust(addr: SocketAddr, max: usize) -> Result<(Held, usize), String> {
+    let mut held = Held::default();
+    for i in 0..=max {
+        match TcpStream::connect_timeout(&addr, NET_TIMEOUT) {
+            Ok(s) => held.tcp.push(s),
+            Err(e) if e.raw_os_error() == Some(nix::libc::EADDRNOTAVAIL) => {
+                return Ok((held, i));
+            }
+            Err(e) => return Err(format!("connection {i}: {e}")),
+        }
+    }
+    Err(format!("{max} connections and no EADDRNOTAVAIL"))
 }
 
 fn is_zombie(pid: i32) -> bool {
