@@ -104,6 +104,18 @@ fn fit(samples: &[(f64, f64)], r: f64) -> Option<Fit> {
     (b.is_finite() && c.is_finite()).then_some(Fit { c, b, sse, sxx })
 }
 
+/// The curved `model` explains `samples` much better than a line (F test, one more parameter).
+fn curved(samples: &[(f64, f64)], model: &Fit) -> bool {
+    let Some(line) = fit(samples, 0.0) else {
+        return false;
+    };
+    let dof = samples.len() as f64 - 3.0;
+    if model.sse == 0.0 {
+        return line.sse > 0.0;
+    }
+    (line.sse - model.sse) / (model.sse / dof) >= F_MIN
+}
+
 /// Pure: the projection for `samples` (`(t, value)`, `t` in seconds relative to now, `<= 0`,
 /// oldest first) towards `limit`; `None` while the value is not clearly growing towards it.
 pub fn project(samples: &[(f64, f64)], limit: f64) -> Option<Projection> {
@@ -134,19 +146,30 @@ pub fn project(samples: &[(f64, f64)], limit: f64) -> Option<Projection> {
         }
     }
     let (mut r, mut model) = best;
-    if r != 0.0 {
-        let line = fit(samples, 0.0)?;
-        let dof = n as f64 - 3.0;
-        let f_stat = if model.sse == 0.0 {
-            f64::INFINITY
-        } else {
-            (line.sse - model.sse) / (model.sse / dof)
-        };
-        if f_stat < F_MIN {
+    let mut fitted = n;
+    if r != 0.0 && !curved(samples, &model) {
+        r = 0.0;
+        model = fit(samples, 0.0)?;
+    } else if r > 0.0 {
+        // A kink (flat, then a steady climb) also looks like a take-off over the whole window:
+        // acceleration counts only if the recent quarter shows it too, else the recent line is
+        // the trend now.
+        let recent = &samples[n - (n / 4).max(MIN_SAMPLES)..];
+        let mut best_recent: Option<Fit> = None;
+        for r in rates(-recent[0].0).into_iter().filter(|r| *r > 0.0) {
+            if let Some(f) = fit(recent, r) {
+                if best_recent.as_ref().is_none_or(|b| f.sse < b.sse) {
+                    best_recent = Some(f);
+                }
+            }
+        }
+        if !best_recent.is_some_and(|f| curved(recent, &f)) {
             r = 0.0;
-            model = line;
+            model = fit(recent, 0.0)?;
+            fitted = recent.len();
         }
     }
+    let n = fitted;
     let params = if r == 0.0 { 2.0 } else { 3.0 };
     if model.b <= 0.0 || t_of(&model, params) < T_MIN {
         return None;
@@ -371,5 +394,113 @@ mod tests {
         assert!(est.samples.len() <= 121, "{}", est.samples.len());
         assert_eq!(window_for(Duration::from_secs(5)), WINDOW);
         assert_eq!(window_for(Duration::from_secs(60)), Duration::from_secs(720));
+    }
+}
+
+/// The 20 July replay of `daemonset/rules/tests/incident-2026-07-20.test.yaml`: the replay's
+/// per-minute series, sampled every 5 s as the agent would (linear between minutes), through
+/// the estimator. Its figures are the `*_full_in_seconds` series of that file.
+#[cfg(test)]
+mod replay {
+    use super::*;
+
+    /// Piecewise-linear per-minute series: `(first minute, value then, slope per minute)`.
+    fn at(phases: &[(u32, f64, f64)], minute: f64) -> f64 {
+        let (m0, v0, slope) = phases
+            .iter()
+            .rev()
+            .find(|(m, _, _)| f64::from(*m) <= minute)
+            .copied()
+            .unwrap_or(phases[0]);
+        v0 + slope * (minute - f64::from(m0)).floor().max(0.0)
+            + slope * (minute - minute.floor()) * f64::from(minute.floor() as u32 >= m0)
+    }
+
+    /// Projection at each whole minute in `minutes`, resetting at `resets` (a new instance).
+    fn replay(phases: &[(u32, f64, f64)], limit: f64, minutes: std::ops::Range<u32>, resets: &[u32]) -> Vec<(u32, Option<f64>)> {
+        let t0 = Instant::now();
+        let mut est = FullEstimator::default();
+        let mut out = Vec::new();
+        for tick in 0..minutes.end * 12 {
+            let minute = f64::from(tick) / 12.0;
+            if tick % 12 == 0 && resets.contains(&(tick / 12)) {
+                est.reset();
+            }
+            let p = est.observe(t0 + Duration::from_secs(5) * tick, at(phases, minute), limit);
+            if tick % 12 == 0 && minutes.contains(&(tick / 12)) {
+                out.push((tick / 12, p.map(|p| p.seconds.round())));
+            }
+        }
+        out
+    }
+
+    /// promtool's expanding notation (`a+bxN` is N+1 values, `_xN` N blanks).
+    fn promtool(values: &[Option<f64>]) -> String {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < values.len() {
+            let mut j = i;
+            match values[i] {
+                None => {
+                    while j + 1 < values.len() && values[j + 1].is_none() {
+                        j += 1;
+                    }
+                    out.push(if j == i { "_".to_owned() } else { format!("_x{}", j - i + 1) });
+                }
+                Some(a) => {
+                    let step = values.get(i + 1).copied().flatten().map(|b| b - a);
+                    while let (Some(d), Some(Some(next))) = (step, values.get(j + 1)) {
+                        if next - values[j].unwrap_or(f64::NAN) != d {
+                            break;
+                        }
+                        j += 1;
+                    }
+                    let d = step.filter(|_| j > i).unwrap_or(0.0);
+                    out.push(match (j - i, d) {
+                        (0, _) => format!("{a}"),
+                        (k, d) if d == 0.0 => format!("{a}x{k}"),
+                        (k, d) if d > 0.0 => format!("{a}+{d}x{k}"),
+                        (k, d) => format!("{a}-{}x{k}", -d),
+                    });
+                }
+            }
+            i = j + 1;
+        }
+        out.join(" ")
+    }
+
+    const REPLAY: &str = include_str!("../../daemonset/rules/tests/incident-2026-07-20.test.yaml");
+
+    #[test]
+    fn memory_of_the_backend() {
+        let phases = [
+            (0, 5_153_960_755.0, 0.0),
+            (5, 5_153_960_755.0, 9_311_582.0),
+            (375, 3_221_225_472.0, 8_131_000.0),
+            (1023, 3_221_225_472.0, 8_131_000.0),
+        ];
+        let got = replay(&phases, 8_589_934_592.0, 0..1290, &[375, 1023]);
+        let first_below = got.iter().find(|(_, p)| p.is_some_and(|s| s < 14_400.0));
+        // Below 4 h from 02:15 (the level alert's 85 % is crossed at 03:56).
+        assert_eq!(first_below, Some(&(135, Some(14_340.0))));
+        let series = promtool(&got.iter().map(|(_, p)| *p).collect::<Vec<_>>());
+        assert!(REPLAY.contains(&format!("values: '{series} stale'")), "{series}");
+    }
+
+    #[test]
+    fn conntrack_of_the_node() {
+        let phases = [
+            (0, 4000.0, 0.0),
+            (5, 4464.0, 96.0),
+            (375, 4464.0, 100.0),
+            (1023, 4669.0, 362.0),
+            (1290, 4464.0, 0.0),
+        ];
+        let got = replay(&phases, 131_072.0, 0..1440, &[]);
+        let first_below = got.iter().find(|(_, p)| p.is_some_and(|s| s < 14_400.0));
+        // Below 4 h from 18:53, at 47 % of the table.
+        assert_eq!(first_below, Some(&(1133, Some(14_351.0))));
+        let series = promtool(&got.iter().map(|(_, p)| *p).collect::<Vec<_>>());
+        assert!(REPLAY.contains(&format!("values: '{series}'")), "{series}");
     }
 }
