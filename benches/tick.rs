@@ -12,9 +12,8 @@ use nodeguard::sample::logs::LineCounts;
 use nodeguard::sample::pids::PidsSample;
 use nodeguard::sample::procs::ZombieParent;
 use nodeguard::snapshot::{
-    EphemeralPorts,
-    DumpStatus, Held, MemoryValues, NetnsSockets, NodeConntrack, PodSignals, Snapshot,
-    SocketCounts, WorkloadSignals,
+    DumpStatus, EphemeralPorts, Held, MemoryValues, NetnsSockets, NodeConntrack, PodSignals,
+    Snapshot, SocketCounts, WorkloadSignals,
 };
 use nodeguard::workload::WorkloadId;
 use std::collections::BTreeMap;

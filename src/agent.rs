@@ -173,11 +173,9 @@ impl Agent {
         let now = self.clock.now();
         let (workloads, pods) = self.tracker.update(now, &raw);
         let net = raw.net.as_ref();
-        let (conntrack_full_in, pids_full_in) = self.trends.observe(
-            now,
-            net.and_then(|n| n.node_conntrack),
-            raw.node_pids,
-        );
+        let (conntrack_full_in, pids_full_in) =
+            self.trends
+                .observe(now, net.and_then(|n| n.node_conntrack), raw.node_pids);
         self.ticks += 1;
         let own = self.selfstat.read().ok().flatten().unwrap_or_default();
         let end = self.clock.now();

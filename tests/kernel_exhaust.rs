@@ -55,10 +55,19 @@ fn ephemeral_ports_of_a_narrowed_range_are_counted_until_connect_fails() {
         "-w",
         "net.ipv4.ip_local_reserved_ports=40090-40099",
     ]);
-    let p = n.pod(Driver::Systemd, QosClass::Burstable, "feeds", "aggregator-0");
+    let p = n.pod(
+        Driver::Systemd,
+        QosClass::Burstable,
+        "feeds",
+        "aggregator-0",
+    );
     let api = n.container(&p, "api", 0);
     let relay = n.container(&p, "relay", 0);
-    n.spawn_in(&api, ns.path(), &["connect", &server.to_string(), "60", "0"]);
+    n.spawn_in(
+        &api,
+        ns.path(),
+        &["connect", &server.to_string(), "60", "0"],
+    );
     ns.wait_sockstat("TCP", "inuse", 60);
 
     // Trigger 0: counted whatever the socket count (the default waits for half the range).
@@ -165,7 +174,12 @@ fn pids_count_threads_and_zombies_against_pids_max() {
     let Some(mut n) = need(common::node()) else {
         return;
     };
-    let p = n.pod(Driver::Cgroupfs, QosClass::Burstable, "feeds", "supervisor-0");
+    let p = n.pod(
+        Driver::Cgroupfs,
+        QosClass::Burstable,
+        "feeds",
+        "supervisor-0",
+    );
     let c = n.container(&p, "worker", 0);
     let unlimited = n.container(&p, "sidecar", 0);
     let dir = pids_dir(&n, &c);
@@ -183,10 +197,15 @@ fn pids_count_threads_and_zombies_against_pids_max() {
     let s = a.tick();
     let w = find(&s, "feeds", "supervisor-0", "worker");
     let pids = w.pids.expect("pids");
-    assert_eq!((pids.value.current, pids.value.limit, pids.stale), (11, Some(50), false));
+    assert_eq!(
+        (pids.value.current, pids.value.limit, pids.stale),
+        (11, Some(50), false)
+    );
     assert_eq!(w.processes.map(|x| x.value), Some(1));
     assert_eq!(w.zombies.map(|x| x.value), Some(4));
-    let side = find(&s, "feeds", "supervisor-0", "sidecar").pids.expect("pids");
+    let side = find(&s, "feeds", "supervisor-0", "sidecar")
+        .pids
+        .expect("pids");
     assert_eq!((side.value.current, side.value.limit), (1, None));
 
     let node = s.node_pids.expect("node pids");
@@ -203,12 +222,18 @@ fn pids_count_threads_and_zombies_against_pids_max() {
 
     let text = metrics_text(&s);
     let l = "namespace=\"feeds\",pod=\"supervisor-0\"";
-    assert_line(&text, &format!("nodeguard_container_pids{{{l},container=\"worker\"}} 11"));
+    assert_line(
+        &text,
+        &format!("nodeguard_container_pids{{{l},container=\"worker\"}} 11"),
+    );
     assert_line(
         &text,
         &format!("nodeguard_container_pids_limit{{{l},container=\"worker\"}} 50"),
     );
-    assert_line(&text, &format!("nodeguard_container_pids{{{l},container=\"sidecar\"}} 1"));
+    assert_line(
+        &text,
+        &format!("nodeguard_container_pids{{{l},container=\"sidecar\"}} 1"),
+    );
     assert!(!text.contains(&format!(
         "nodeguard_container_pids_limit{{{l},container=\"sidecar\"}}"
     )));
@@ -216,7 +241,10 @@ fn pids_count_threads_and_zombies_against_pids_max() {
 
     // pids.max holds: a fork beyond 50 tasks fails inside the container.
     let st = n.run_to_exit(&c, &["tasks", "60", "0"]);
-    assert!(!st.success(), "60 threads under pids.max 50 should fail: {st:?}");
+    assert!(
+        !st.success(),
+        "60 threads under pids.max 50 should fail: {st:?}"
+    );
 }
 
 #[test]
@@ -224,7 +252,12 @@ fn a_node_pids_rule_targets_the_top_contributor_in_dry_run() {
     let Some(mut n) = need(common::node()) else {
         return;
     };
-    let p = n.pod(Driver::Systemd, QosClass::Burstable, "feeds", "forker-7d9f8b6c4-qx2lp");
+    let p = n.pod(
+        Driver::Systemd,
+        QosClass::Burstable,
+        "feeds",
+        "forker-7d9f8b6c4-qx2lp",
+    );
     let big = n.container(&p, "api", 0);
     let q = n.pod(Driver::Systemd, QosClass::Burstable, "feeds", "dashboard-0");
     let small = n.container(&q, "web", 0);
@@ -256,7 +289,10 @@ fn a_node_pids_rule_targets_the_top_contributor_in_dry_run() {
     assert_eq!(b.state, "open");
     // Dry run: nothing frozen.
     assert_eq!(n.freezer_state(&big), "THAWED");
-    assert_eq!(g.actions, vec![("pid-pressure".to_owned(), "freeze", "dry_run", 1)]);
+    assert_eq!(
+        g.actions,
+        vec![("pid-pressure".to_owned(), "freeze", "dry_run", 1)]
+    );
     let text = metrics_text(&s);
     assert_line(
         &text,

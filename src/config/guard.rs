@@ -240,7 +240,10 @@ fn threshold_of(
             }
         }
         let Some(below) = r.below else {
-            b.error(&p("below"), "required with a time-to-full signal (a duration)");
+            b.error(
+                &p("below"),
+                "required with a time-to-full signal (a duration)",
+            );
             return None;
         };
         let below_ok = b.duration(&p("below"), below, POSITIVE, MAX_DURATION);
@@ -465,7 +468,11 @@ mod tests {
     fn errors(rules: &str) -> Vec<String> {
         match Config::from_yaml(&format!("guard:\n  rules:\n{rules}")) {
             Ok(_) => vec![],
-            Err(e) => e.0.into_iter().map(|e| format!("{}: {}", e.path, e.message)).collect(),
+            Err(e) => {
+                e.0.into_iter()
+                    .map(|e| format!("{}: {}", e.path, e.message))
+                    .collect()
+            }
         }
     }
 
@@ -490,7 +497,9 @@ mod tests {
             "    - {name: a, signal: memory_full_in, above: 5, action: report}\n    - {name: b, signal: memory_full_in, below: 400000000000y, action: report}\n    - {name: c, signal: memory_full_in, below: 10m, clear_above: 1m, action: report}\n    - {name: d, signal: pids, below: 10m, action: report}\n    - {name: e, signal: pids_fraction, above: 1.5, action: report}\n    - {name: f, signal: memory_full_in, below: 0s, action: report}\n",
         );
         assert_eq!(
-            errs.iter().map(|e| e.split(':').next().unwrap()).collect::<Vec<_>>(),
+            errs.iter()
+                .map(|e| e.split(':').next().unwrap())
+                .collect::<Vec<_>>(),
             [
                 "guard.rules[0].above",
                 "guard.rules[0].below",

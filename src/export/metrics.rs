@@ -167,8 +167,7 @@ impl Collector for SnapshotCollector {
             "container_pids_limit",
             "pids.max of the workload; no series when unlimited.",
             Gauge,
-            ws.iter()
-                .filter_map(|w| Some((l(w), w.pids?.value.limit?))),
+            ws.iter().filter_map(|w| Some((l(w), w.pids?.value.limit?))),
         )?;
         family(
             &mut enc,

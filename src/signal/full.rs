@@ -125,7 +125,7 @@ pub fn project(samples: &[(f64, f64)], limit: f64) -> Option<Projection> {
     }
     let span = -samples.first()?.0;
     let line = fit(samples, 0.0)?;
-    let t_of = |f: &Fit, params: f64| {
+    let t_of = |f: &Fit, n: usize, params: f64| {
         let dof = n as f64 - params;
         let se = (f.sse / dof / f.sxx).sqrt();
         if se == 0.0 {
@@ -134,7 +134,7 @@ pub fn project(samples: &[(f64, f64)], limit: f64) -> Option<Projection> {
             f.b / se
         }
     };
-    if line.b <= 0.0 || t_of(&line, 2.0) < T_GATE {
+    if line.b <= 0.0 || t_of(&line, n, 2.0) < T_GATE {
         return None;
     }
     let mut best = (0.0, line);
@@ -169,9 +169,8 @@ pub fn project(samples: &[(f64, f64)], limit: f64) -> Option<Projection> {
             fitted = recent.len();
         }
     }
-    let n = fitted;
     let params = if r == 0.0 { 2.0 } else { 3.0 };
-    if model.b <= 0.0 || t_of(&model, params) < T_MIN {
+    if model.b <= 0.0 || t_of(&model, fitted, params) < T_MIN {
         return None;
     }
     let remaining = limit - model.c;
@@ -314,7 +313,10 @@ mod tests {
         for (j, p) in got.iter().enumerate().skip(i) {
             let truth = 5.0 * (limit - 4000.0).log2() - j as f64 * 5.0;
             let p = p.expect("projection kept");
-            assert!((p.seconds - truth).abs() <= 0.1 * truth.max(5.0), "tick {j}: {p:?} vs {truth}");
+            assert!(
+                (p.seconds - truth).abs() <= 0.1 * truth.max(5.0),
+                "tick {j}: {p:?} vs {truth}"
+            );
         }
     }
 
@@ -351,7 +353,10 @@ mod tests {
             last = est.observe(t0 + TICK * i, grow(s) + 100.0 * noise(&mut seed), 131_072.0);
         }
         // At t = 595 s the truth is (131,072 - 39,750) / 50 = 1,826 s.
-        assert!(last.is_some_and(|p| (p.seconds - 1_826.0).abs() < 30.0), "{last:?}");
+        assert!(
+            last.is_some_and(|p| (p.seconds - 1_826.0).abs() < 30.0),
+            "{last:?}"
+        );
         let top = grow(595.0);
         let mut cleared_at = None;
         for i in 120..240u32 {
@@ -393,7 +398,10 @@ mod tests {
         }
         assert!(est.samples.len() <= 121, "{}", est.samples.len());
         assert_eq!(window_for(Duration::from_secs(5)), WINDOW);
-        assert_eq!(window_for(Duration::from_secs(60)), Duration::from_secs(720));
+        assert_eq!(
+            window_for(Duration::from_secs(60)),
+            Duration::from_secs(720)
+        );
     }
 }
 
@@ -417,7 +425,12 @@ mod replay {
     }
 
     /// Projection at each whole minute in `minutes`, resetting at `resets` (a new instance).
-    fn replay(phases: &[(u32, f64, f64)], limit: f64, minutes: std::ops::Range<u32>, resets: &[u32]) -> Vec<(u32, Option<f64>)> {
+    fn replay(
+        phases: &[(u32, f64, f64)],
+        limit: f64,
+        minutes: std::ops::Range<u32>,
+        resets: &[u32],
+    ) -> Vec<(u32, Option<f64>)> {
         let t0 = Instant::now();
         let mut est = FullEstimator::default();
         let mut out = Vec::new();
@@ -426,7 +439,11 @@ mod replay {
             if tick % 12 == 0 && resets.contains(&(tick / 12)) {
                 est.reset();
             }
-            let p = est.observe(t0 + Duration::from_secs(5) * tick, at(phases, minute), limit);
+            let p = est.observe(
+                t0 + Duration::from_secs(5) * tick,
+                at(phases, minute),
+                limit,
+            );
             if tick % 12 == 0 && minutes.contains(&(tick / 12)) {
                 out.push((tick / 12, p.map(|p| p.seconds.round())));
             }
@@ -445,7 +462,11 @@ mod replay {
                     while j + 1 < values.len() && values[j + 1].is_none() {
                         j += 1;
                     }
-                    out.push(if j == i { "_".to_owned() } else { format!("_x{}", j - i + 1) });
+                    out.push(if j == i {
+                        "_".to_owned()
+                    } else {
+                        format!("_x{}", j - i + 1)
+                    });
                 }
                 Some(a) => {
                     let step = values.get(i + 1).copied().flatten().map(|b| b - a);
@@ -458,7 +479,7 @@ mod replay {
                     let d = step.filter(|_| j > i).unwrap_or(0.0);
                     out.push(match (j - i, d) {
                         (0, _) => format!("{a}"),
-                        (k, d) if d == 0.0 => format!("{a}x{k}"),
+                        (k, 0.0) => format!("{a}x{k}"),
                         (k, d) if d > 0.0 => format!("{a}+{d}x{k}"),
                         (k, d) => format!("{a}-{}x{k}", -d),
                     });
@@ -484,7 +505,10 @@ mod replay {
         // Below 4 h from 02:15 (the level alert's 85 % is crossed at 03:56).
         assert_eq!(first_below, Some(&(135, Some(14_340.0))));
         let series = promtool(&got.iter().map(|(_, p)| *p).collect::<Vec<_>>());
-        assert!(REPLAY.contains(&format!("values: '{series} stale'")), "{series}");
+        assert!(
+            REPLAY.contains(&format!("values: '{series} stale'")),
+            "{series}"
+        );
     }
 
     #[test]

@@ -297,9 +297,10 @@ impl NetSampler {
                     Some(job) => jobs.push((pod.uid.clone(), job)),
                     // Below the trigger: what is available is known, the usage is not counted.
                     None => {
-                        net.ports = self.ports.as_ref().and_then(|st| {
-                            st.ranges.get(&ns).map(|(_, r)| (r.available(), None))
-                        })
+                        net.ports = self
+                            .ports
+                            .as_ref()
+                            .and_then(|st| st.ranges.get(&ns).map(|(_, r)| (r.available(), None)))
                     }
                 }
             }
@@ -416,7 +417,7 @@ impl NetSampler {
         let due = known
             .as_ref()
             .is_none_or(|r| tcp as f64 >= st.trigger * r.available() as f64);
-        due.then(|| PortsJob {
+        due.then_some(PortsJob {
             pid,
             netns,
             known,

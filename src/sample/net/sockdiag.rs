@@ -227,7 +227,10 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(parse_batch(&msg(NLMSG_DONE, &[0; 4]), |_| {}), Ok(Batch::Done));
+        assert_eq!(
+            parse_batch(&msg(NLMSG_DONE, &[0; 4]), |_| {}),
+            Ok(Batch::Done)
+        );
         let err = msg(NLMSG_ERROR, &(-1i32).to_ne_bytes());
         assert_eq!(parse_batch(&err, |_| {}), Err(Ok(Errno::EPERM)));
         // Truncated or lying lengths are errors, never panics.
