@@ -215,7 +215,8 @@ fn assert_samplers_clean(snap: &Snapshot) {
             "processes",
             "logs",
             "sockets",
-            "conntrack"
+            "conntrack",
+            "ports"
         ]
         .map(|n| (n, true, true, vec![]))
     );
