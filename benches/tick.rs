@@ -9,10 +9,11 @@ use nodeguard::clock::SystemClock;
 use nodeguard::config::Config;
 use nodeguard::export::metrics::{registry, render};
 use nodeguard::sample::logs::LineCounts;
+use nodeguard::sample::pids::PidsSample;
 use nodeguard::sample::procs::ZombieParent;
 use nodeguard::snapshot::{
-    DumpStatus, Held, MemoryValues, NetnsSockets, NodeConntrack, PodSignals, Snapshot,
-    SocketCounts, WorkloadSignals,
+    DumpStatus, EphemeralPorts, Held, MemoryValues, NetnsSockets, NodeConntrack, PodSignals,
+    Snapshot, SocketCounts, WorkloadSignals,
 };
 use nodeguard::workload::WorkloadId;
 use std::collections::BTreeMap;
@@ -181,6 +182,14 @@ fn full_snapshot(pods: usize) -> Snapshot {
                     },
                     stale: false,
                 }),
+                pids: Some(Held {
+                    value: PidsSample {
+                        current: 23,
+                        limit: Some(1024),
+                    },
+                    stale: false,
+                }),
+                memory_full_in_seconds: (p % 50 == 0).then_some(1800.0),
             });
         }
         snap.pods.push(PodSignals {
@@ -201,6 +210,11 @@ fn full_snapshot(pods: usize) -> Snapshot {
             addresses: vec![format!("10.42.{}.{}", p / 250, p % 250 + 2)
                 .parse()
                 .unwrap()],
+            ephemeral_ports: Some(EphemeralPorts {
+                available: 28232,
+                used: (p % 10 == 0).then_some(15_000),
+                used_top_destination: (p % 10 == 0).then_some(14_000),
+            }),
         });
     }
     snap

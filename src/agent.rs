@@ -17,10 +17,11 @@ use crate::export::server::{self, Endpoints};
 use crate::sample::logs::LogTailer;
 use crate::sample::memory::MemoryReader;
 use crate::sample::net::sampler::{ConntrackSettings, NetSampler};
+use crate::sample::pids::PidsReader;
 use crate::sample::procs::ProcTable;
 use crate::sample::selfstat::SelfReader;
 use crate::sample::Samplers;
-use crate::signal::Tracker;
+use crate::signal::{full, NodeTrends, Tracker};
 use crate::snapshot::{AgentStats, ConfigStatus, DumpStatus, GuardStatus, NodeConntrack, Snapshot};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -66,6 +67,7 @@ pub struct Agent {
     layout: CgroupLayout,
     samplers: Samplers,
     tracker: Tracker,
+    trends: NodeTrends,
     selfstat: SelfReader,
     node: String,
     ticks: u64,
@@ -141,8 +143,17 @@ impl Agent {
                         .then(|| s.conntrack.host_netns.clone()),
                 }),
                 clock.clone(),
-            ),
+            )
+            .with_ports(s.ports.enabled.then_some(s.ports.trigger)),
+        )
+        .with_pids(
+            s.processes
+                .enabled
+                .then(|| layout.pids_root())
+                .flatten()
+                .map(|root| PidsReader::new(root, p.proc.clone())),
         );
+        let full_window = full::window_for(config.interval);
         let node = if config.node_name.is_empty() {
             std::env::var("NODE_NAME").unwrap_or_default()
         } else {
@@ -176,7 +187,8 @@ impl Agent {
             config,
             layout,
             samplers,
-            tracker: Tracker::new(),
+            tracker: Tracker::new().with_full_window(full_window),
+            trends: NodeTrends::new(full_window),
             node,
             ticks: 0,
             started,
@@ -257,6 +269,9 @@ impl Agent {
         let now = self.clock.now();
         let (workloads, pods) = self.tracker.update(now, &raw);
         let net = raw.net.as_ref();
+        let (conntrack_full_in, pids_full_in) =
+            self.trends
+                .observe(now, net.and_then(|n| n.node_conntrack), raw.node_pids);
         self.ticks += 1;
         let own = self.selfstat.sample();
         let end = self.clock.now();
@@ -269,6 +284,9 @@ impl Agent {
             node_conntrack: net
                 .and_then(|n| n.node_conntrack)
                 .map(|(entries, limit)| NodeConntrack { entries, limit }),
+            node_conntrack_full_in_seconds: conntrack_full_in,
+            node_pids: raw.node_pids,
+            node_pids_full_in_seconds: pids_full_in,
             conntrack_dump: net.and_then(|n| n.dump.as_ref()).map(|d| DumpStatus {
                 age_seconds: now.saturating_duration_since(d.finished).as_secs_f64(),
                 duration_seconds: d.duration.as_secs_f64(),

@@ -3,6 +3,7 @@
 
 use crate::discover::kubelet::QosClass;
 use crate::sample::logs::LineCounts;
+use crate::sample::pids::{NodePids, PidsSample};
 use crate::sample::procs::ZombieParent;
 use crate::workload::WorkloadId;
 use serde::Serialize;
@@ -19,6 +20,12 @@ pub struct Snapshot {
     pub pods: Vec<PodSignals>,
     /// The node's conntrack table (the agent's network namespace: the host's under hostNetwork).
     pub node_conntrack: Option<NodeConntrack>,
+    /// Seconds until the node's conntrack table is full at the recent trend; `None` while it is
+    /// not growing towards it (see `signal::full`).
+    pub node_conntrack_full_in_seconds: Option<f64>,
+    /// The node's task table (threads and zombies) against `min(pid_max, threads-max)`.
+    pub node_pids: Option<NodePids>,
+    pub node_pids_full_in_seconds: Option<f64>,
     /// The last host-scope conntrack dump, if one was made.
     pub conntrack_dump: Option<DumpStatus>,
     /// Features that depend on capabilities or kernel support.
@@ -93,6 +100,11 @@ pub struct WorkloadSignals {
     pub restarts_total: u64,
     /// TCP/UDP sockets reachable from the workload's own file descriptors.
     pub sockets: Option<Held<SocketCounts>>,
+    /// The pids controller: tasks (threads and zombies) and `pids.max`.
+    pub pids: Option<Held<PidsSample>>,
+    /// Seconds until the working set reaches the limit at the recent trend; `None` while not
+    /// growing towards it, or unlimited.
+    pub memory_full_in_seconds: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -162,6 +174,19 @@ pub struct PodSignals {
     pub netns_sockets: Option<NetnsSockets>,
     /// The pod's local addresses, used to attribute the node's conntrack entries.
     pub addresses: Vec<IpAddr>,
+    /// Ephemeral ports of the pod's netns; `None` when the range could not be read.
+    pub ephemeral_ports: Option<EphemeralPorts>,
+}
+
+/// The pod netns's ephemeral ports: the range minus reserved ports, and (only while the pod's TCP
+/// sockets reach `samplers.ports.trigger` of it) the ports its TCP sockets hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EphemeralPorts {
+    pub available: u64,
+    /// Distinct ports held by any TCP socket (what `bind(0)` runs out of).
+    pub used: Option<u64>,
+    /// Ports a `connect` to the busiest destination cannot take (what `connect` runs out of).
+    pub used_top_destination: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

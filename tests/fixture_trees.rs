@@ -215,7 +215,8 @@ fn assert_samplers_clean(snap: &Snapshot) {
             "processes",
             "logs",
             "sockets",
-            "conntrack"
+            "conntrack",
+            "ports"
         ]
         .map(|n| (n, true, true, vec![]))
     );
@@ -337,6 +338,7 @@ fn v2_systemd_snapshot() {
         host_conntrack_entries: None,
         netns_sockets: None,
         addresses: vec![],
+        ephemeral_ports: None,
     };
     assert_eq!(
         snap.pods,
@@ -667,6 +669,7 @@ fn v1_cgroupfs_snapshot() {
         host_conntrack_entries: None,
         netns_sockets: None,
         addresses: vec![],
+        ephemeral_ports: None,
     };
     assert_eq!(
         snap.pods,
@@ -810,6 +813,7 @@ fn hybrid_systemd_snapshot() {
         host_conntrack_entries: None,
         netns_sockets: None,
         addresses: vec![],
+        ephemeral_ports: None,
     };
     assert_eq!(
         snap.pods,

@@ -1031,6 +1031,8 @@ mod tests {
                 },
                 restarts_total: 0,
                 sockets: None,
+                pids: None,
+                memory_full_in_seconds: None,
             }],
             ..Snapshot::default()
         }

@@ -125,6 +125,8 @@ fn w(r: &Rig, ns: &str, pod: &str, c: &str, id: &str, per_min: u64) -> WorkloadS
             value: SocketCounts::default(),
             stale: false,
         }),
+        pids: None,
+        memory_full_in_seconds: None,
     }
 }
 
@@ -325,6 +327,7 @@ fn node_conntrack_pressure_freezes_the_top_pod_above_the_floor_only() {
         host_conntrack_entries: None,
         netns_sockets: None,
         addresses: vec![],
+        ephemeral_ports: None,
     };
     s.node_conntrack = Some(NodeConntrack {
         entries: 120_000,

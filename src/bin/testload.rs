@@ -24,10 +24,10 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage: nodeguard-testload [--netns NETNS_FILE] [--join PROCS_FILE]... [--comm NAME]\n       \
          [--comm-hex HEX] <mode>\n\
-         modes: idle | zombies N | alloc BYTES | oom BYTES\n       \
+         modes: idle | zombies N | alloc BYTES | oom BYTES | grow BYTES MS\n       \
          | listen ADDR | connect ADDR TCP_N UDP_N\n       \
          | storm ADDR CYCLES --log FILE [--cycle-ms MS] [--max-loops N]\n       \
-         | forker N"
+         | forker N | tasks THREADS ZOMBIES | exhaust ADDR MAX REPORT_FILE"
     );
     ExitCode::from(64)
 }
@@ -114,6 +114,29 @@ fn main() -> ExitCode {
                 done += len as u64;
             }
         }
+        Some("grow") => {
+            // A steady leak that starts once ready: 1 MiB every MS milliseconds up to BYTES, then
+            // held (what the time-to-full estimator must project on a real cgroup).
+            let Some(ms) = args
+                .get(2)
+                .and_then(|s| s.parse::<u64>().ok())
+                .filter(|m| *m > 0)
+            else {
+                return usage();
+            };
+            let total = n;
+            std::thread::spawn(move || {
+                let mut grown = Vec::new();
+                let mut done = 0u64;
+                while done < total {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    grown.push(vec![0xA5u8; 1 << 20]);
+                    done += 1 << 20;
+                }
+                // Held until the process exits.
+                std::mem::forget(grown);
+            });
+        }
         Some("listen") => {
             let Some(addr) = args.get(1).and_then(|a| a.parse::<SocketAddr>().ok()) else {
                 return usage();
@@ -151,6 +174,65 @@ fn main() -> ExitCode {
             }
             let _ = watcher.join();
             return ExitCode::SUCCESS;
+        }
+        Some("tasks") => {
+            // Zombies first, while single-threaded (fork in a threaded process is unsafe).
+            let zombies: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+            if n > 1000 || zombies > 1000 {
+                return usage();
+            }
+            for _ in 0..zombies {
+                // SAFETY: still single-threaded here; the child only calls _exit.
+                match unsafe { nix::unistd::fork() } {
+                    Ok(nix::unistd::ForkResult::Child) => unsafe { nix::libc::_exit(0) },
+                    Ok(nix::unistd::ForkResult::Parent { child }) => children.push(child),
+                    Err(e) => {
+                        eprintln!("fork: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            for c in &children {
+                while !is_zombie(c.as_raw()) {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            // Threads that park until the process exits (they die with it).
+            for i in 0..n {
+                if std::thread::Builder::new()
+                    .name(format!("idle-{i}"))
+                    .spawn(|| loop {
+                        std::thread::park();
+                    })
+                    .is_err()
+                {
+                    eprintln!("thread {i}: cannot spawn");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        Some("exhaust") => {
+            let parsed = (
+                args.get(1).and_then(|a| a.parse::<SocketAddr>().ok()),
+                args.get(2).and_then(|a| a.parse::<usize>().ok()),
+                args.get(3).map(PathBuf::from),
+            );
+            let (Some(addr), Some(max), Some(report)) = parsed else {
+                return usage();
+            };
+            match exhaust(addr, max) {
+                Ok((h, n)) => {
+                    held = h;
+                    if let Err(e) = std::fs::write(&report, format!("{n} EADDRNOTAVAIL\n")) {
+                        eprintln!("report {}: {e}", report.display());
+                        return ExitCode::FAILURE;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("exhaust {addr}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
         }
         Some("forker") => {
             let n = usize::try_from(n).unwrap_or(0);
@@ -290,6 +372,22 @@ fn connect(addr: SocketAddr, tcp_n: usize, udp_n: usize) -> Result<Held, String>
         held.udp.push(s);
     }
     Ok(held)
+}
+
+/// Opens TCP connections to `addr` until `connect` fails; succeeds only if it failed with
+/// EADDRNOTAVAIL (the ephemeral ports ran out) within `max` connections.
+fn exhaust(addr: SocketAddr, max: usize) -> Result<(Held, usize), String> {
+    let mut held = Held::default();
+    for i in 0..=max {
+        match TcpStream::connect_timeout(&addr, NET_TIMEOUT) {
+            Ok(s) => held.tcp.push(s),
+            Err(e) if e.raw_os_error() == Some(nix::libc::EADDRNOTAVAIL) => {
+                return Ok((held, i));
+            }
+            Err(e) => return Err(format!("connection {i}: {e}")),
+        }
+    }
+    Err(format!("{max} connections and no EADDRNOTAVAIL"))
 }
 
 /// Bytes, not a string: the comm in `stat` is whatever the process named itself (`--comm-hex`).

@@ -3,7 +3,7 @@
 
 use super::bounds::{Bounds, MAX_COUNT, MAX_DURATION, POSITIVE};
 use super::FieldError;
-use crate::rule::hold::HoldSpec;
+use crate::rule::hold::{Direction, HoldSpec};
 use crate::rule::restart_loop::RestartLoopSpec;
 use crate::rule::signal::{Scope, SignalKind};
 use crate::rule::{ActionKind, Condition, HoldPolicy, Rule};
@@ -79,6 +79,8 @@ pub fn default_rules() -> Vec<RawRule> {
         clear_for: None,
         contributor_floor: None,
         restart_loop: None,
+        below: None,
+        clear_above: None,
         action,
         hold,
     };
@@ -130,6 +132,8 @@ pub fn default_rules() -> Vec<RawRule> {
             clear_below: None,
             clear_for: None,
             contributor_floor: None,
+            below: None,
+            clear_above: None,
             restart_loop: Some(RawRestartLoop {
                 burst_restarts: 3,
                 burst_window: Duration::from_secs(600),
@@ -186,6 +190,12 @@ pub struct RawRule {
     pub clear_for: Option<Duration>,
     pub contributor_floor: Option<f64>,
     pub restart_loop: Option<RawRestartLoop>,
+    /// Time-to-full signals: holds while the projection is below this.
+    #[serde(default, with = "humantime_serde")]
+    pub below: Option<Duration>,
+    /// Time-to-full signals: once holding, clears only at or above this (default `below`).
+    #[serde(default, with = "humantime_serde")]
+    pub clear_above: Option<Duration>,
     pub action: ActionKind,
     pub hold: Option<RawHold>,
 }
@@ -211,6 +221,72 @@ pub const MAX_ACTIONS_PER_10M: u64 = 1000;
 
 /// Largest `burst_restarts` and `bursts` of a restart loop.
 pub const MAX_RESTART_COUNT: u64 = 1000;
+
+/// The threshold of a signal rule: `above` (and `clear_below`) for counts and fractions, `below`
+/// (and `clear_above`) durations for times to full. `None` after reporting a missing threshold.
+fn threshold_of(
+    r: &RawRule,
+    signal: SignalKind,
+    p: &dyn Fn(&str) -> String,
+    b: &mut Bounds,
+) -> Option<(f64, f64, Direction)> {
+    if signal.is_time() {
+        for (field, set) in [
+            ("above", r.above.is_some()),
+            ("clear_below", r.clear_below.is_some()),
+        ] {
+            if set {
+                b.error(&p(field), "time-to-full signals take `below` (a duration)");
+            }
+        }
+        let Some(below) = r.below else {
+            b.error(
+                &p("below"),
+                "required with a time-to-full signal (a duration)",
+            );
+            return None;
+        };
+        let below_ok = b.duration(&p("below"), below, POSITIVE, MAX_DURATION);
+        let clear_above = r.clear_above.unwrap_or(below);
+        if below_ok
+            && b.duration(&p("clear_above"), clear_above, POSITIVE, MAX_DURATION)
+            && clear_above < below
+        {
+            b.error(
+                &p("clear_above"),
+                format!("{clear_above:?} must be at least `below` ({below:?})"),
+            );
+        }
+        return Some((
+            below.as_secs_f64(),
+            clear_above.as_secs_f64(),
+            Direction::Below,
+        ));
+    }
+    for (field, set) in [
+        ("below", r.below.is_some()),
+        ("clear_above", r.clear_above.is_some()),
+    ] {
+        if set {
+            b.error(&p(field), "only for time-to-full signals (`*_full_in`)");
+        }
+    }
+    let Some(above) = r.above else {
+        b.error(&p("above"), "required with `signal`");
+        return None;
+    };
+    // Counts are compared as f64: past 2^53 they are no longer exact.
+    let max = if signal.is_fraction() { 1.0 } else { MAX_COUNT };
+    let above_ok = b.float(&p("above"), above, 0.0, max);
+    let clear_below = r.clear_below.unwrap_or(above);
+    if above_ok && b.float(&p("clear_below"), clear_below, 0.0, max) && clear_below > above {
+        b.error(
+            &p("clear_below"),
+            format!("{clear_below} must not exceed above ({above})"),
+        );
+    }
+    Some((above, clear_below, Direction::Above))
+}
 
 pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
     let mut b = Bounds::new(errs);
@@ -319,27 +395,10 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
                 })
             }
             (Some(signal), None) => {
-                let Some(above) = r.above else {
-                    b.error(&p("above"), "required with `signal`");
+                let Some((threshold, clear_at, direction)) = threshold_of(r, *signal, &p, &mut b)
+                else {
                     continue;
                 };
-                let fraction = matches!(
-                    signal,
-                    SignalKind::MemoryWorkingSetFraction | SignalKind::NodeConntrackFraction
-                );
-                // Counts are compared as f64: past 2^53 they are no longer exact.
-                let max = if fraction { 1.0 } else { MAX_COUNT };
-                let above_ok = b.float(&p("above"), above, 0.0, max);
-                let clear_below = r.clear_below.unwrap_or(above);
-                if above_ok
-                    && b.float(&p("clear_below"), clear_below, 0.0, max)
-                    && clear_below > above
-                {
-                    b.error(
-                        &p("clear_below"),
-                        format!("{clear_below} must not exceed above ({above})"),
-                    );
-                }
                 let floor = match (signal.scope(), r.contributor_floor) {
                     (Scope::Node, Some(f)) => {
                         b.float(&p("contributor_floor"), f, 0.0, MAX_COUNT);
@@ -367,10 +426,11 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
                 Condition::Threshold {
                     signal: *signal,
                     spec: HoldSpec {
-                        above,
-                        clear_below,
+                        threshold,
+                        clear_at,
                         hold_for,
                         clear_for,
+                        direction,
                     },
                     contributor_floor: floor,
                 }
@@ -395,5 +455,62 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
         protect: raw.protect,
         host_units: raw.host_units,
         rules,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::rule::hold::Direction;
+    use crate::rule::Condition;
+    use std::time::Duration;
+
+    fn errors(rules: &str) -> Vec<String> {
+        match Config::from_yaml(&format!("guard:\n  rules:\n{rules}")) {
+            Ok(_) => vec![],
+            Err(e) => {
+                e.0.into_iter()
+                    .map(|e| format!("{}: {}", e.path, e.message))
+                    .collect()
+            }
+        }
+    }
+
+    #[test]
+    fn time_to_full_rules_hold_below_a_bounded_duration() {
+        let c = Config::from_yaml(
+            "guard:\n  rules:\n    - {name: ct-soon, signal: node_conntrack_full_in, below: 5m, clear_above: 15m, for: 30s, contributor_floor: 1000, action: report}\n    - {name: pids, signal: node_pids_fraction, above: 0.9, contributor_floor: 100, action: report}\n",
+        )
+        .unwrap();
+        let Condition::Threshold { spec, .. } = &c.guard.rules[0].condition else {
+            panic!("{:?}", c.guard.rules[0]);
+        };
+        assert_eq!(spec.direction, Direction::Below);
+        assert_eq!((spec.threshold, spec.clear_at), (300.0, 900.0));
+        assert_eq!(spec.hold_for, Duration::from_secs(30));
+        let Condition::Threshold { spec, .. } = &c.guard.rules[1].condition else {
+            panic!();
+        };
+        assert_eq!(spec.direction, Direction::Above);
+
+        let errs = errors(
+            "    - {name: a, signal: memory_full_in, above: 5, action: report}\n    - {name: b, signal: memory_full_in, below: 400000000000y, action: report}\n    - {name: c, signal: memory_full_in, below: 10m, clear_above: 1m, action: report}\n    - {name: d, signal: pids, below: 10m, action: report}\n    - {name: e, signal: pids_fraction, above: 1.5, action: report}\n    - {name: f, signal: memory_full_in, below: 0s, action: report}\n",
+        );
+        assert_eq!(
+            errs.iter()
+                .map(|e| e.split(':').next().unwrap())
+                .collect::<Vec<_>>(),
+            [
+                "guard.rules[0].above",
+                "guard.rules[0].below",
+                "guard.rules[1].below",
+                "guard.rules[2].clear_above",
+                "guard.rules[3].below",
+                "guard.rules[3].above",
+                "guard.rules[4].above",
+                "guard.rules[5].below",
+            ],
+            "{errs:#?}"
+        );
     }
 }

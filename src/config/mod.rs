@@ -150,6 +150,26 @@ impl Default for ConntrackSampler {
     }
 }
 
+/// Ephemeral ports per pod netns (needs the conntrack sampler's pod pass, and CAP_SYS_ADMIN to
+/// read each namespace's port range).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PortsSampler {
+    pub enabled: bool,
+    /// Ports are counted (a sock_diag dump of the pod netns) only while the pod's TCP sockets
+    /// are at least this fraction of its available ports.
+    pub trigger: f64,
+}
+
+impl Default for PortsSampler {
+    fn default() -> Self {
+        PortsSampler {
+            enabled: true,
+            trigger: 0.5,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Samplers {
@@ -158,6 +178,7 @@ pub struct Samplers {
     pub logs: LogsSampler,
     pub sockets: SocketsSampler,
     pub conntrack: ConntrackSampler,
+    pub ports: PortsSampler,
 }
 
 /// Bounds of the HTTP server: no number of peers, idle or slow, can hold more than
@@ -330,6 +351,7 @@ impl Config {
         }
         let ct = &samplers.conntrack;
         b.float("samplers.conntrack.dump_trigger", ct.dump_trigger, 0.0, 1.0);
+        b.float("samplers.ports.trigger", samplers.ports.trigger, 0.0, 1.0);
         b.duration(
             "samplers.conntrack.dump_interval",
             ct.dump_interval,

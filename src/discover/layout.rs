@@ -67,6 +67,13 @@ impl CgroupLayout {
         }
     }
 
+    /// The pids controller: the v1 `pids` mount where there is one (v1 and hybrid hosts: runc
+    /// charges tasks there), else the unified tree.
+    pub fn pids_root(&self) -> Option<PathBuf> {
+        self.v1_controller("pids")
+            .or_else(|| self.unified().map(Path::to_path_buf))
+    }
+
     /// A v1 controller mount, if the host has v1 controllers.
     pub fn v1_controller(&self, name: &str) -> Option<PathBuf> {
         match self {

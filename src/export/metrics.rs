@@ -156,6 +156,29 @@ impl Collector for SnapshotCollector {
         )?;
         family(
             &mut enc,
+            "container_pids",
+            "Tasks in the workload's pids controller (pids.current): threads and zombies.",
+            Gauge,
+            ws.iter()
+                .filter_map(|w| Some((l(w), w.pids?.value.current))),
+        )?;
+        family(
+            &mut enc,
+            "container_pids_limit",
+            "pids.max of the workload; no series when unlimited.",
+            Gauge,
+            ws.iter().filter_map(|w| Some((l(w), w.pids?.value.limit?))),
+        )?;
+        family(
+            &mut enc,
+            "container_memory_full_in_seconds",
+            "Seconds until the working set reaches the limit at the recent trend; no series while not growing.",
+            Gauge,
+            ws.iter()
+                .filter_map(|w| Some((l(w), w.memory_full_in_seconds?))),
+        )?;
+        family(
+            &mut enc,
             "container_zombies",
             "Zombie processes whose parent is in the workload.",
             Gauge,
@@ -224,6 +247,9 @@ impl Collector for SnapshotCollector {
                 if w.processes.is_some_and(|m| m.stale) {
                     v.push((with(l(w), "signal", "processes"), 1u64));
                 }
+                if w.pids.is_some_and(|m| m.stale) {
+                    v.push((with(l(w), "signal", "pids"), 1u64));
+                }
                 v
             }),
         )?;
@@ -285,6 +311,35 @@ impl Collector for SnapshotCollector {
             Gauge,
             s.node_conntrack.iter().map(|c| (node.clone(), c.limit)),
         )?;
+        family(
+            &mut enc,
+            "node_conntrack_full_in_seconds",
+            "Seconds until the node's conntrack table is full at the recent trend; no series while not growing.",
+            Gauge,
+            s.node_conntrack_full_in_seconds
+                .map(|v| (node.clone(), v)),
+        )?;
+        family(
+            &mut enc,
+            "node_pids",
+            "Tasks in the node's table (nr_threads): threads, kernel threads and zombies.",
+            Gauge,
+            s.node_pids.iter().map(|p| (node.clone(), p.current)),
+        )?;
+        family(
+            &mut enc,
+            "node_pids_limit",
+            "The smaller of kernel.pid_max and kernel.threads-max.",
+            Gauge,
+            s.node_pids.iter().map(|p| (node.clone(), p.limit)),
+        )?;
+        family(
+            &mut enc,
+            "node_pids_full_in_seconds",
+            "Seconds until the node's task table is full at the recent trend; no series while not growing.",
+            Gauge,
+            s.node_pids_full_in_seconds.map(|v| (node.clone(), v)),
+        )?;
         family(&mut enc, "pod_conntrack_entries",
             "Conntrack entries of a pod: in its own netns (scope=pod_netns), and in the node's table by pod address (scope=host, only while a dump is fresh).", Gauge,
             s.pods.iter().flat_map(|p| {
@@ -307,6 +362,33 @@ impl Collector for SnapshotCollector {
                     ]
                 })
             }),
+        )?;
+        family(
+            &mut enc,
+            "pod_ephemeral_ports_available",
+            "Ports of the pod netns's ip_local_port_range minus ip_local_reserved_ports.",
+            Gauge,
+            s.pods
+                .iter()
+                .filter_map(|p| Some((pl(p), p.ephemeral_ports?.available))),
+        )?;
+        family(
+            &mut enc,
+            "pod_ephemeral_ports_used",
+            "Distinct ephemeral ports held by the pod netns's TCP sockets (TIME_WAIT included); only while its sockets reach samplers.ports.trigger of the available ports.",
+            Gauge,
+            s.pods
+                .iter()
+                .filter_map(|p| Some((pl(p), p.ephemeral_ports?.used?))),
+        )?;
+        family(
+            &mut enc,
+            "pod_ephemeral_ports_used_top_destination",
+            "Ephemeral ports a connect to the pod's busiest destination cannot take: used towards it, or held by listening and bound-only sockets.",
+            Gauge,
+            s.pods
+                .iter()
+                .filter_map(|p| Some((pl(p), p.ephemeral_ports?.used_top_destination?))),
         )?;
         family(
             &mut enc,

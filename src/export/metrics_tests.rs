@@ -65,6 +65,8 @@ fn workload(ns: &str, pod: &str, container: &str, comms: &[String]) -> WorkloadS
         log_lines_per_minute: LineCounts::default(),
         restarts_total: 0,
         sockets: None,
+        pids: None,
+        memory_full_in_seconds: None,
     }
 }
 
@@ -92,6 +94,7 @@ fn hostile_snapshot() -> Snapshot {
             host_conntrack_entries: None,
             netns_sockets: None,
             addresses: vec![],
+            ephemeral_ports: None,
         });
     }
     // Two parents of one comm in one container: one series, their sum.

@@ -1,16 +1,46 @@
 //! The hold timer of one rule on one target: a threshold must hold for `for` before the rule
-//! fires, and the value must stay at or below the clear level for `clear_for` before it clears.
-//! A stale sample neither advances nor resets anything.
+//! fires, and the value must stay back at the clear level for `clear_for` before it clears.
+//! A threshold holds while the value is above it (`above`) or, for times to full, below it
+//! (`below`). A stale sample neither advances nor resets anything.
 
 use std::time::{Duration, Instant};
 
+/// Which side of the threshold holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Direction {
+    /// Holds while the value is strictly above the threshold; clears at or below `clear_at`.
+    #[default]
+    Above,
+    /// Holds while the value is strictly below the threshold; clears at or above `clear_at`.
+    Below,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HoldSpec {
-    pub above: f64,
-    /// Clears only at or below this (hysteresis); defaults to `above`.
-    pub clear_below: f64,
+    pub threshold: f64,
+    /// Clears only at or beyond this, on the other side (hysteresis); defaults to `threshold`.
+    pub clear_at: f64,
     pub hold_for: Duration,
     pub clear_for: Duration,
+    pub direction: Direction,
+}
+
+impl HoldSpec {
+    /// The value is on the holding side of the threshold.
+    pub fn exceeds(&self, value: f64) -> bool {
+        match self.direction {
+            Direction::Above => value > self.threshold,
+            Direction::Below => value < self.threshold,
+        }
+    }
+
+    /// The value is back at or beyond the clear level.
+    fn back(&self, value: f64) -> bool {
+        match self.direction {
+            Direction::Above => value <= self.clear_at,
+            Direction::Below => value >= self.clear_at,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +80,7 @@ impl HoldTimer {
         if stale {
             return None;
         }
-        if value > spec.above {
+        if spec.exceeds(value) {
             self.below_since = None;
             let since = *self.pending_since.get_or_insert(now);
             if !self.firing && now.saturating_duration_since(since) >= spec.hold_for {
@@ -64,7 +94,7 @@ impl HoldTimer {
             self.pending_since = None;
             return None;
         }
-        if value <= spec.clear_below {
+        if spec.back(value) {
             let since = *self.below_since.get_or_insert(now);
             if now.saturating_duration_since(since) >= spec.clear_for {
                 *self = HoldTimer::default();
@@ -86,11 +116,41 @@ mod tests {
 
     fn spec() -> HoldSpec {
         HoldSpec {
-            above: 600.0,
-            clear_below: 300.0,
+            threshold: 600.0,
+            clear_at: 300.0,
             hold_for: 60 * S,
             clear_for: 30 * S,
+            direction: Direction::Above,
         }
+    }
+
+    #[test]
+    fn below_holds_under_the_threshold_and_clears_above_the_clear_level() {
+        // Full in under 5 minutes for 30 s; cleared once 10 minutes or more for 30 s.
+        let spec = HoldSpec {
+            threshold: 300.0,
+            clear_at: 600.0,
+            hold_for: 30 * S,
+            clear_for: 30 * S,
+            direction: Direction::Below,
+        };
+        let t0 = Instant::now();
+        let mut h = HoldTimer::default();
+        assert_eq!(h.observe(&spec, t0, 290.0, false), None);
+        assert_eq!(h.observe(&spec, t0 + 20 * S, 300.0, false), None);
+        // 300 is not below 300: the hold restarted.
+        assert_eq!(h.observe(&spec, t0 + 25 * S, 200.0, false), None);
+        assert_eq!(
+            h.observe(&spec, t0 + 55 * S, 100.0, false),
+            Some(Transition::Fired)
+        );
+        // In the band [300, 600): still firing.
+        assert_eq!(h.observe(&spec, t0 + 60 * S, 450.0, false), None);
+        assert_eq!(h.observe(&spec, t0 + 70 * S, 600.0, false), None);
+        assert_eq!(
+            h.observe(&spec, t0 + 100 * S, 900.0, false),
+            Some(Transition::Cleared)
+        );
     }
 
     #[test]

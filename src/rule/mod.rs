@@ -61,7 +61,7 @@ pub struct Rule {
 impl Rule {
     pub fn threshold(&self) -> f64 {
         match &self.condition {
-            Condition::Threshold { spec, .. } => spec.above,
+            Condition::Threshold { spec, .. } => spec.threshold,
             Condition::RestartLoop(s) => f64::from(s.bursts),
         }
     }
@@ -148,7 +148,7 @@ impl RuleEngine {
                     for o in obs {
                         let t = timers.entry(o.key.clone()).or_default();
                         let tr = t.observe(spec, now, o.value, o.stale);
-                        if o.value > spec.above {
+                        if spec.exceeds(o.value) {
                             ev.pending.push((ri, o.key.clone(), t.pending_for(now)));
                         }
                         if tr == Some(Transition::Cleared) {
@@ -159,7 +159,7 @@ impl RuleEngine {
                                 rule: ri,
                                 target: o.key.clone(),
                                 value: o.value,
-                                threshold: spec.above,
+                                threshold: spec.threshold,
                                 held_for: t.pending_for(now),
                                 contributor_value: None,
                             };

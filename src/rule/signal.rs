@@ -15,11 +15,23 @@ pub enum SignalKind {
     MemoryWorkingSetFraction,
     Zombies,
     Restarts,
+    /// `pids.current`: threads and zombies.
+    Pids,
+    /// `pids.current / pids.max` (no value when unlimited).
+    PidsFraction,
+    /// Seconds until the working set reaches the limit (no value while not growing).
+    MemoryFullIn,
     // Per pod: acts on every container of the pod.
     ConntrackEntries,
     // Per node: acts on the top contributor.
     NodeConntrackFraction,
     NodeZombies,
+    /// Node tasks / `min(pid_max, threads-max)`; acts on the top container by `pids`.
+    NodePidsFraction,
+    /// Seconds until the node's conntrack table is full; acts on the top pod by entries.
+    NodeConntrackFullIn,
+    /// Seconds until the node's task table is full; acts on the top container by `pids`.
+    NodePidsFullIn,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,16 +45,42 @@ impl SignalKind {
     pub fn scope(self) -> Scope {
         match self {
             SignalKind::ConntrackEntries => Scope::Pod,
-            SignalKind::NodeConntrackFraction | SignalKind::NodeZombies => Scope::Node,
+            SignalKind::NodeConntrackFraction
+            | SignalKind::NodeZombies
+            | SignalKind::NodePidsFraction
+            | SignalKind::NodeConntrackFullIn
+            | SignalKind::NodePidsFullIn => Scope::Node,
             _ => Scope::Container,
         }
+    }
+
+    /// A ratio in 0..=1 (thresholds are fractions).
+    pub fn is_fraction(self) -> bool {
+        matches!(
+            self,
+            SignalKind::MemoryWorkingSetFraction
+                | SignalKind::NodeConntrackFraction
+                | SignalKind::PidsFraction
+                | SignalKind::NodePidsFraction
+        )
+    }
+
+    /// A time to full in seconds: rules on it hold `below` a duration.
+    pub fn is_time(self) -> bool {
+        matches!(
+            self,
+            SignalKind::MemoryFullIn | SignalKind::NodeConntrackFullIn | SignalKind::NodePidsFullIn
+        )
     }
 
     /// The node signal's per-contributor counterpart, used to pick the top contributor.
     pub fn contributor(self) -> Option<SignalKind> {
         match self {
-            SignalKind::NodeConntrackFraction => Some(SignalKind::ConntrackEntries),
+            SignalKind::NodeConntrackFraction | SignalKind::NodeConntrackFullIn => {
+                Some(SignalKind::ConntrackEntries)
+            }
             SignalKind::NodeZombies => Some(SignalKind::Zombies),
+            SignalKind::NodePidsFraction | SignalKind::NodePidsFullIn => Some(SignalKind::Pids),
             _ => None,
         }
     }
@@ -116,6 +154,14 @@ fn container(w: &WorkloadSignals, kind: SignalKind) -> Option<(f64, bool)> {
         }),
         SignalKind::Zombies => w.zombies.map(|z| (z.value as f64, z.stale)),
         SignalKind::Restarts => Some((w.restarts_total as f64, false)),
+        SignalKind::Pids => w.pids.map(|p| (p.value.current as f64, p.stale)),
+        SignalKind::PidsFraction => w.pids.and_then(|p| {
+            let limit = p.value.limit.filter(|l| *l > 0)?;
+            Some((p.value.current as f64 / limit as f64, p.stale))
+        }),
+        SignalKind::MemoryFullIn => w
+            .memory_full_in_seconds
+            .map(|s| (s, w.memory.is_some_and(|m| m.stale))),
         _ => None,
     }
 }
@@ -161,6 +207,12 @@ pub fn observe(snap: &Snapshot, kind: SignalKind) -> Vec<Observation> {
                         .filter_map(|w| w.zombies.map(|z| z.value))
                         .sum::<u64>() as f64,
                 ),
+                SignalKind::NodePidsFraction => snap
+                    .node_pids
+                    .filter(|p| p.limit > 0)
+                    .map(|p| p.current as f64 / p.limit as f64),
+                SignalKind::NodeConntrackFullIn => snap.node_conntrack_full_in_seconds,
+                SignalKind::NodePidsFullIn => snap.node_pids_full_in_seconds,
                 _ => None,
             };
             v.map(|value| Observation {
@@ -215,6 +267,8 @@ mod tests {
             log_lines_per_minute: Default::default(),
             restarts_total: 0,
             sockets: None,
+            pids: None,
+            memory_full_in_seconds: None,
         };
         let snap = Snapshot {
             workloads: vec![unit],

@@ -5,6 +5,7 @@ pub mod health;
 pub mod logs;
 pub mod memory;
 pub mod net;
+pub mod pids;
 pub mod procs;
 pub mod selfstat;
 
@@ -15,6 +16,7 @@ use health::SamplerHealth;
 use logs::{ContainerLogSample, LogTailer};
 use memory::{MemoryReader, MemorySample};
 use net::sampler::{NetSample, NetSampler};
+use pids::{NodePids, PidsReader, PidsSample};
 use procs::{ProcSummary, ProcTable};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +33,10 @@ pub struct TickSample {
     pub pids: Vec<Vec<u32>>,
     /// `None` when the process sampler is off or failed as a whole.
     pub procs: Option<HashMap<usize, ProcSummary>>,
+    /// Each workload's pids controller (`Err(())`: the read failed); empty when off.
+    pub pids_controller: Vec<Result<Option<PidsSample>, ()>>,
+    /// The node's task table against its limit.
+    pub node_pids: Option<NodePids>,
     pub logs: Option<Vec<ContainerLogSample>>,
     /// `None` when both network samplers are off.
     pub net: Option<NetSample>,
@@ -42,6 +48,7 @@ pub struct Samplers {
     discovery: Discovery,
     memory: Option<MemoryReader>,
     procs: Option<ProcTable>,
+    pids: Option<PidsReader>,
     logs: Option<LogTailer>,
     net: NetSampler,
     last_inventory: Inventory,
@@ -54,6 +61,7 @@ const PROCESSES: usize = 2;
 const LOGS: usize = 3;
 const SOCKETS: usize = 4;
 const CONNTRACK: usize = 5;
+const PORTS: usize = 6;
 
 impl Samplers {
     pub fn new(
@@ -72,6 +80,7 @@ impl Samplers {
             SamplerHealth::new("logs", logs.is_some()),
             SamplerHealth::new("sockets", net.sockets_enabled()),
             SamplerHealth::new("conntrack", net.conntrack_enabled()),
+            SamplerHealth::new("ports", net.ports_enabled()),
         ];
         Samplers {
             clock,
@@ -79,11 +88,18 @@ impl Samplers {
             discovery,
             memory,
             procs,
+            pids: None,
             logs,
             net,
             last_inventory: Inventory::default(),
             health,
         }
+    }
+
+    /// Reads each workload's pids controller and the node's task table with the process sampler.
+    pub fn with_pids(mut self, pids: Option<PidsReader>) -> Self {
+        self.pids = pids;
+        self
     }
 
     /// What discovery and the log tailer skipped or hold after their last pass.
@@ -178,6 +194,16 @@ impl Samplers {
             summaries.entry(i).or_default().processes = pids.len() as u64;
             tick.pids.push(pids);
         }
+        if let Some(reader) = &self.pids {
+            for w in &tick.inventory.workloads {
+                tick.pids_controller
+                    .push(reader.read(&w.cgroup).map_err(|e| errors.push(e)));
+            }
+            match reader.read_node() {
+                Ok(v) => tick.node_pids = v,
+                Err(e) => errors.push(e),
+            }
+        }
         let Some(table) = &self.procs else {
             return;
         };
@@ -215,7 +241,7 @@ impl Samplers {
         }
         let t = self.clock.now();
         let (mut sock_errors, mut ct_errors) = (Vec::new(), Vec::new());
-        let net = self.net.sample(
+        let mut net = self.net.sample(
             &tick.inventory,
             &tick.pids,
             &mut sock_errors,
@@ -227,6 +253,11 @@ impl Samplers {
         }
         if self.net.conntrack_enabled() {
             self.health[CONNTRACK].finish(t, end, &ct_errors, true);
+        }
+        // Only ticks that read a namespace make a ports pass; an idle tick is a fresh one too.
+        if self.net.ports_enabled() {
+            let (took, errors) = net.ports_pass.take().unwrap_or_default();
+            self.health[PORTS].finish(end.checked_sub(took).unwrap_or(end), end, &errors, true);
         }
         tick.net = Some(net);
     }

@@ -2,16 +2,19 @@
 //! container being recreated (they are keyed by workload identity, not by cgroup), and rates are
 //! computed over trailing windows.
 
+pub mod full;
 pub mod rate;
 pub mod restarts;
 
 use crate::discover::WorkloadKind;
 use crate::sample::logs::{ContainerLogSample, LineCounts};
 use crate::sample::memory::MemorySample;
+use crate::sample::pids::{NodePids, PidsSample};
 use crate::sample::procs::ProcSummary;
 use crate::sample::TickSample;
 use crate::snapshot::{Held, Kind, MemoryValues, PodSignals, SocketCounts, WorkloadSignals};
 use crate::workload::WorkloadId;
+use full::FullEstimator;
 use rate::RateWindow;
 use restarts::RestartTracker;
 use std::collections::{BTreeMap, HashMap};
@@ -32,6 +35,12 @@ struct IdentityState {
     /// The last memory read failed: `memory` is the last good value.
     memory_stale: bool,
     procs: Option<ProcSummary>,
+    pids: Option<PidsSample>,
+    pids_stale: bool,
+    /// Working set towards the limit, for the instance named alongside.
+    memory_trend: FullEstimator,
+    memory_trend_instance: Option<String>,
+    memory_full_in: Option<f64>,
     log_total: LineCounts,
     stdout_rate: RateWindow,
     stderr_rate: RateWindow,
@@ -40,8 +49,13 @@ struct IdentityState {
 }
 
 impl IdentityState {
-    fn new(now: Instant) -> Self {
+    fn new(now: Instant, window: Duration) -> Self {
         IdentityState {
+            pids: None,
+            pids_stale: false,
+            memory_trend: FullEstimator::new(window),
+            memory_trend_instance: None,
+            memory_full_in: None,
             oom_total: 0,
             oom_raw: HashMap::new(),
             memory: None,
@@ -61,15 +75,33 @@ struct PodState {
     oom_raw: Option<u64>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Tracker {
     identities: HashMap<WorkloadId, IdentityState>,
     pods: HashMap<String, PodState>,
+    /// The window of the time-to-full estimators.
+    full_window: Duration,
+}
+
+impl Default for Tracker {
+    fn default() -> Self {
+        Tracker {
+            identities: HashMap::new(),
+            pods: HashMap::new(),
+            full_window: full::WINDOW,
+        }
+    }
 }
 
 impl Tracker {
     pub fn new() -> Self {
         Tracker::default()
+    }
+
+    /// The time-to-full window (`full::window_for(interval)`).
+    pub fn with_full_window(mut self, window: Duration) -> Self {
+        self.full_window = window;
+        self
     }
 
     pub fn update(
@@ -101,11 +133,12 @@ impl Tracker {
         let mut restarted: HashMap<&str, Vec<WorkloadId>> = HashMap::new();
         let mut oom_seen_by_pod: HashMap<&str, u64> = HashMap::new();
 
+        let window = self.full_window;
         for (id, idxs) in &live {
             let st = self
                 .identities
                 .entry((*id).clone())
-                .or_insert_with(|| IdentityState::new(now));
+                .or_insert_with(|| IdentityState::new(now, window));
             st.last_seen = now;
             let log = logs.get(id);
             let fresh = st.restarts.observe(
@@ -154,6 +187,19 @@ impl Tracker {
                 st.memory = newest_mem;
             }
             st.memory_stale = !mem_ok;
+            let newest = idxs.last().map(|&i| inv.workloads[i].instance());
+            st.memory_full_in = memory_full_in(st, now, newest, mem_ok);
+            // Pids: the newest instance's controller; a failed read keeps the last good value.
+            if let Some(&i) = idxs.last() {
+                match tick.pids_controller.get(i) {
+                    Some(Ok(p)) => {
+                        st.pids = *p;
+                        st.pids_stale = false;
+                    }
+                    Some(Err(())) => st.pids_stale = true,
+                    None => st.pids = None,
+                }
+            }
             if let Some(p) = &tick.procs {
                 let mut sum = ProcSummary::default();
                 for &i in idxs {
@@ -172,7 +218,7 @@ impl Tracker {
             let st = self
                 .identities
                 .entry((*id).clone())
-                .or_insert_with(|| IdentityState::new(now));
+                .or_insert_with(|| IdentityState::new(now, window));
             st.last_seen = now;
             if !live.contains_key(id) {
                 st.restarts.observe([], s.max_restart_number);
@@ -269,6 +315,15 @@ impl Tracker {
                 },
                 restarts_total: st.restarts.total(),
                 sockets: sockets_of(tick, live.get(id).map(Vec::as_slice)),
+                pids: in_cgroup
+                    .then(|| {
+                        st.pids.map(|p| Held {
+                            value: p,
+                            stale: st.pids_stale,
+                        })
+                    })
+                    .flatten(),
+                memory_full_in_seconds: in_cgroup.then_some(st.memory_full_in).flatten(),
             });
         }
         (out, pods)
@@ -320,10 +375,72 @@ impl Tracker {
                 host_conntrack_entries: net.and_then(|n| n.host_conntrack_entries),
                 netns_sockets: net.and_then(|n| n.netns_sockets),
                 addresses: net.map(|n| n.addresses.clone()).unwrap_or_default(),
+                ephemeral_ports: net.and_then(|n| n.ports).map(|(available, usage)| {
+                    crate::snapshot::EphemeralPorts {
+                        available,
+                        used: usage.map(|u| u.used),
+                        used_top_destination: usage.map(|u| u.used_top_destination),
+                    }
+                }),
             });
         }
         self.pods.retain(|uid, _| live.contains(uid));
         out
+    }
+}
+
+/// The working set's time to full for the newest instance: its history starts again with a new
+/// instance (a restart drops the working set) and while there is no limit; a failed read adds
+/// no sample and keeps no projection.
+fn memory_full_in(
+    st: &mut IdentityState,
+    now: Instant,
+    instance: Option<&str>,
+    fresh: bool,
+) -> Option<f64> {
+    if st.memory_trend_instance.as_deref() != instance {
+        st.memory_trend.reset();
+        st.memory_trend_instance = instance.map(str::to_owned);
+    }
+    let m = st.memory.filter(|_| fresh)?;
+    let Some(limit) = m.limit_bytes else {
+        st.memory_trend.reset();
+        return None;
+    };
+    st.memory_trend
+        .observe(now, m.working_set_bytes as f64, limit as f64)
+        .map(|p| p.seconds)
+}
+
+/// Time to full of the node's tables: conntrack entries and tasks.
+#[derive(Debug)]
+pub struct NodeTrends {
+    conntrack: FullEstimator,
+    pids: FullEstimator,
+}
+
+impl NodeTrends {
+    pub fn new(window: Duration) -> Self {
+        NodeTrends {
+            conntrack: FullEstimator::new(window),
+            pids: FullEstimator::new(window),
+        }
+    }
+
+    /// `(conntrack, pids)` seconds to full; a value that could not be read adds no sample.
+    pub fn observe(
+        &mut self,
+        now: Instant,
+        conntrack: Option<(u64, u64)>,
+        pids: Option<NodePids>,
+    ) -> (Option<f64>, Option<f64>) {
+        let ct = conntrack
+            .filter(|(_, max)| *max > 0)
+            .and_then(|(n, max)| self.conntrack.observe(now, n as f64, max as f64));
+        let p = pids
+            .filter(|p| p.limit > 0)
+            .and_then(|p| self.pids.observe(now, p.current as f64, p.limit as f64));
+        (ct.map(|p| p.seconds), p.map(|p| p.seconds))
     }
 }
 

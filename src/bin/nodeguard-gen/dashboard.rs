@@ -195,6 +195,41 @@ fn rows() -> Vec<Row> {
             ],
         },
         Row {
+            title: "Exhaustion: tasks, ports, time to full",
+            panels: vec![
+                panel("Tasks per container", Timeseries, "short", 8)
+                    .desc("pids.current: threads and zombies, not processes; and the share of pids.max where one is set.")
+                    .q("topk by (node) (10, nodeguard_container_pids{@W})", WL)
+                    .q(
+                        "topk by (node) (10, nodeguard_container_pids{@W} / nodeguard_container_pids_limit{@W})",
+                        "of limit {{node}} {{namespace}}/{{pod}}/{{container}}",
+                    ),
+                panel("Node task table used", Timeseries, "percentunit", 8)
+                    .desc("Threads and zombies of the node over min(kernel.pid_max, kernel.threads-max).")
+                    .q(
+                        "max by (node) (nodeguard_node_pids{@N} / nodeguard_node_pids_limit{@N})",
+                        NODE,
+                    )
+                    .red(0.8),
+                panel("Ephemeral ports used (pods)", Timeseries, "percentunit", 8)
+                    .desc("Of the pod netns's port range less reserved ports: all ports (bind) and towards its busiest destination (connect). Counted only above samplers.ports.trigger. NodeguardPodEphemeralPortsExhausted above 90 %.")
+                    .q(
+                        "topk by (node) (10, nodeguard_pod_ephemeral_ports_used_top_destination{@W} / nodeguard_pod_ephemeral_ports_available{@W})",
+                        "top destination {{node}} {{namespace}}/{{pod}}",
+                    )
+                    .q(
+                        "topk by (node) (10, nodeguard_pod_ephemeral_ports_used{@W} / nodeguard_pod_ephemeral_ports_available{@W})",
+                        POD,
+                    )
+                    .red(0.9),
+                panel("Time to full", Table, "s", 8)
+                    .desc("Projected from the last 5 minutes of samples (line or doubling); absent while nothing grows. The *FullSoon alerts fire under 4 h for 10 minutes.")
+                    .q("nodeguard_node_conntrack_full_in_seconds{@N}", "conntrack {{node}}")
+                    .q("nodeguard_node_pids_full_in_seconds{@N}", "tasks {{node}}")
+                    .q("topk by (node) (10, nodeguard_container_memory_full_in_seconds{@W})", "memory {{node}} {{namespace}}/{{pod}}/{{container}}"),
+            ],
+        },
+        Row {
             title: "Agent: cost and health",
             panels: vec![
                 panel("CPU", Timeseries, "percentunit", 6)

@@ -7,6 +7,8 @@ pub mod conntrack;
 pub mod ctnetlink;
 pub mod dump;
 pub mod inet;
+pub mod ports;
 pub mod sampler;
+pub mod sockdiag;
 pub mod sockets;
 pub mod sockstat;

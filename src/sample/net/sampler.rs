@@ -6,6 +6,7 @@ use super::addrs::{parse_fib_trie_locals, parse_if_inet6};
 use super::conntrack::{netns_entries, NodeConntrack};
 use super::ctnetlink::CtError;
 use super::dump::{DumpOutcome, DumpResult, DumpWorker};
+use super::ports::{read_namespaces, PortRange, PortUsage, PortsJob, PortsOutcome};
 use super::sockets::{classify_netns, netns_of, FdWalker, Proto};
 use super::sockstat::{parse_sockstat, parse_sockstat6};
 use crate::clock::Clock;
@@ -33,6 +34,8 @@ pub struct PodNet {
     pub netns_sockets: Option<NetnsSockets>,
     pub addresses: Vec<IpAddr>,
     pub host_conntrack_entries: Option<u64>,
+    /// Ephemeral ports: available from the namespace's sysctls, usage above the trigger.
+    pub ports: Option<(u64, Option<PortUsage>)>,
 }
 
 #[derive(Debug, Default)]
@@ -45,6 +48,19 @@ pub struct NetSample {
     /// The last completed dump, while fresh enough to stand for the current table.
     pub dump: Option<DumpResult>,
     pub features: Vec<Feature>,
+    /// The ephemeral-port pass: its duration and failed reads (`None` when off or idle).
+    pub ports_pass: Option<(Duration, Vec<ReadError>)>,
+}
+
+/// Per-namespace port ranges are read again after this long (pods set them at creation).
+const RANGE_REFRESH: Duration = Duration::from_secs(60);
+
+struct PortsState {
+    trigger: f64,
+    /// By netns inode: the range and when it was read.
+    ranges: HashMap<u64, (Instant, PortRange)>,
+    /// setns was refused at this instant; retried after RANGE_REFRESH.
+    denied: Option<(Instant, String)>,
 }
 
 struct ConntrackState {
@@ -67,6 +83,7 @@ pub struct NetSampler {
     host_netns: Option<u64>,
     features: HashMap<&'static str, Feature>,
     buf: Vec<u8>,
+    ports: Option<PortsState>,
 }
 
 impl NetSampler {
@@ -101,7 +118,23 @@ impl NetSampler {
             host_netns,
             features: HashMap::new(),
             buf: Vec::with_capacity(64 * 1024),
+            ports: None,
         }
+    }
+
+    /// Ephemeral ports per pod netns, counted while the pod's TCP sockets are at or above
+    /// `trigger` of its available ports (needs the conntrack sampler's per-pod pass).
+    pub fn with_ports(mut self, trigger: Option<f64>) -> Self {
+        self.ports = trigger.map(|trigger| PortsState {
+            trigger,
+            ranges: HashMap::new(),
+            denied: None,
+        });
+        self
+    }
+
+    pub fn ports_enabled(&self) -> bool {
+        self.ports.is_some() && self.conntrack.is_some()
     }
 
     pub fn sockets_enabled(&self) -> bool {
@@ -222,6 +255,9 @@ impl NetSampler {
         errors: &mut Vec<ReadError>,
     ) {
         let mut ct_missing = false;
+        let mut jobs: Vec<(String, PortsJob)> = Vec::new();
+        let mut pod_netns: Vec<u64> = Vec::new();
+        let now = self.clock.now();
         for pod in &inv.pods {
             let ns = inv
                 .workloads
@@ -239,6 +275,7 @@ impl NetSampler {
                 host_network: Some(ns) == self.host_netns,
                 ..PodNet::default()
             };
+            pod_netns.push(ns);
             // A hostNetwork pod's namespace is the node's: its totals are node totals.
             if !net.host_network {
                 match netns_entries(&self.proc_root, pid) {
@@ -256,9 +293,20 @@ impl NetSampler {
                     Ok(v) => net.addresses = v,
                     Err(e) => errors.push(e),
                 }
+                match self.ports_job(now, pid, ns, net.netns_sockets.as_ref()) {
+                    Some(job) => jobs.push((pod.uid.clone(), job)),
+                    // Below the trigger: what is available is known, the usage is not counted.
+                    None => {
+                        net.ports = self
+                            .ports
+                            .as_ref()
+                            .and_then(|st| st.ranges.get(&ns).map(|(_, r)| (r.available(), None)))
+                    }
+                }
             }
             out.pods.insert(pod.uid.clone(), net);
         }
+        self.sample_ports(now, jobs, pod_netns, out);
         self.set_feature(
             "pod_conntrack",
             ct_missing.then(|| "nf_conntrack is not loaded (no net/stat/nf_conntrack)".to_owned()),
@@ -341,6 +389,86 @@ impl NetSampler {
         out.dump = fresh.cloned();
         let denied = ct.dump_denied.clone();
         self.set_feature("conntrack_dump", denied);
+    }
+
+    /// What to read in a pod netns this tick, if anything: the range when unknown or due for a
+    /// refresh, the ports when the sockets reach the trigger of the known range.
+    fn ports_job(
+        &mut self,
+        now: Instant,
+        pid: u32,
+        netns: u64,
+        sockets: Option<&NetnsSockets>,
+    ) -> Option<PortsJob> {
+        let st = self.ports.as_mut()?;
+        if st
+            .denied
+            .as_ref()
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) < RANGE_REFRESH)
+        {
+            return None;
+        }
+        let tcp = sockets.map_or(0, |s| s.tcp_inuse + s.tcp_time_wait + s.tcp6_inuse);
+        let known = st
+            .ranges
+            .get(&netns)
+            .filter(|(t, _)| now.saturating_duration_since(*t) < RANGE_REFRESH)
+            .map(|(_, r)| r.clone());
+        let due = known
+            .as_ref()
+            .is_none_or(|r| tcp as f64 >= st.trigger * r.available() as f64);
+        due.then_some(PortsJob {
+            pid,
+            netns,
+            known,
+            tcp_sockets: tcp,
+            trigger: st.trigger,
+        })
+    }
+
+    fn sample_ports(
+        &mut self,
+        now: Instant,
+        jobs: Vec<(String, PortsJob)>,
+        out_netns: Vec<u64>,
+        out: &mut NetSample,
+    ) {
+        let Some(st) = self.ports.as_mut() else {
+            return;
+        };
+        let mut errors = Vec::new();
+        let mut denied = None;
+        let started = self.clock.now();
+        if !jobs.is_empty() {
+            let list: Vec<PortsJob> = jobs.iter().map(|(_, j)| j.clone()).collect();
+            let outcomes = read_namespaces(&self.proc_root, &list);
+            for ((uid, job), outcome) in jobs.iter().zip(outcomes) {
+                match outcome {
+                    PortsOutcome::Read { range, usage } => {
+                        if job.known.is_none() {
+                            st.ranges.insert(job.netns, (now, range.clone()));
+                        }
+                        if let Some(p) = out.pods.get_mut(uid) {
+                            p.ports = Some((range.available(), usage));
+                        }
+                    }
+                    PortsOutcome::Gone => {}
+                    PortsOutcome::Denied(why) => denied = Some(why),
+                    PortsOutcome::Failed(e) => errors.push(e),
+                }
+            }
+            out.ports_pass = Some((self.clock.now().saturating_duration_since(started), errors));
+        }
+        // Namespaces that are gone take their cached range with them.
+        let seen: std::collections::HashSet<u64> = out_netns.into_iter().collect();
+        st.ranges.retain(|ns, _| seen.contains(ns));
+        match denied {
+            Some(why) => st.denied = Some((now, why)),
+            None if st.denied.is_some() && !jobs.is_empty() => st.denied = None,
+            None => {}
+        }
+        let reason = st.denied.as_ref().map(|(_, w)| w.clone());
+        self.set_feature("ephemeral_ports", reason);
     }
 
     /// Records a feature's availability; logs only when it changes.

@@ -1,0 +1,156 @@
+//! Pids: the pids controller of each workload (`pids.current` counts threads and zombies, not
+//! processes) and the node's task table against the smaller of `kernel.pid_max` and
+//! `kernel.threads-max`.
+//!
+//! The controller is the v1 `pids` hierarchy where it is mounted (v1 and hybrid hosts), else the
+//! unified tree. The node's count is `nr_threads` from `/proc/loadavg`: every task the kernel has
+//! not released yet, kernel threads and unreaped zombies included, which is what `fork` runs out of.
+
+use crate::discover::join_rel;
+use crate::error::{ParseError, ReadError};
+use crate::fsio::parse_optional;
+use crate::sample::memory::parse_u64;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PidsSample {
+    /// `pids.current`: tasks (threads and zombies) charged to the cgroup and its descendants.
+    pub current: u64,
+    /// `pids.max`; `None` when `max`.
+    pub limit: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct NodePids {
+    /// Tasks in the kernel's table (`nr_threads`), zombies included.
+    pub current: u64,
+    /// `min(kernel.pid_max, kernel.threads-max)`.
+    pub limit: u64,
+}
+
+/// Pure: `pids.max`, `max` meaning no limit.
+pub fn parse_pids_max(text: &str) -> Result<Option<u64>, ParseError> {
+    let t = text.trim();
+    if t == "max" {
+        return Ok(None);
+    }
+    parse_u64(t).map(Some)
+}
+
+/// Pure: the task count of `/proc/loadavg` (`0.20 0.18 0.12 1/80 11206`: 80).
+pub fn parse_loadavg_tasks(text: &str) -> Result<u64, ParseError> {
+    let field = text
+        .split_ascii_whitespace()
+        .nth(3)
+        .ok_or_else(|| ParseError::new(format!("fewer than 4 fields in {text:?}")))?;
+    let (_, total) = field
+        .split_once('/')
+        .ok_or_else(|| ParseError::new(format!("no running/total field in {text:?}")))?;
+    total
+        .parse()
+        .map_err(|_| ParseError::new(format!("bad task count {total:?}")))
+}
+
+#[derive(Debug, Clone)]
+pub struct PidsReader {
+    root: PathBuf,
+    proc_root: PathBuf,
+}
+
+impl PidsReader {
+    /// `root`: the pids hierarchy (v1 `pids` mount or the unified tree); `proc_root`: `/proc`.
+    pub fn new(root: PathBuf, proc_root: PathBuf) -> Self {
+        PidsReader { root, proc_root }
+    }
+
+    /// `Ok(None)` when the cgroup (or its pids controller) does not exist: churn, or the
+    /// controller is not enabled there.
+    pub fn read(&self, rel: &str) -> Result<Option<PidsSample>, ReadError> {
+        let dir = join_rel(&self.root, rel);
+        let Some(current) = parse_optional(&dir.join("pids.current"), parse_u64)? else {
+            return Ok(None);
+        };
+        let Some(limit) = parse_optional(&dir.join("pids.max"), parse_pids_max)? else {
+            return Ok(None);
+        };
+        Ok(Some(PidsSample { current, limit }))
+    }
+
+    /// The node's task table; `Ok(None)` when a file is missing (not a Linux procfs).
+    pub fn read_node(&self) -> Result<Option<NodePids>, ReadError> {
+        let p = |rel: &str| self.proc_root.join(rel);
+        let Some(current) = parse_optional(&p("loadavg"), parse_loadavg_tasks)? else {
+            return Ok(None);
+        };
+        let Some(pid_max) = parse_optional(&p("sys/kernel/pid_max"), parse_u64)? else {
+            return Ok(None);
+        };
+        let Some(threads_max) = parse_optional(&p("sys/kernel/threads-max"), parse_u64)? else {
+            return Ok(None);
+        };
+        Ok(Some(NodePids {
+            current,
+            limit: pid_max.min(threads_max),
+        }))
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pids_max_and_loadavg() {
+        assert_eq!(parse_pids_max("max\n"), Ok(None));
+        assert_eq!(parse_pids_max("64\n"), Ok(Some(64)));
+        assert!(parse_pids_max("-1").is_err());
+        assert_eq!(parse_loadavg_tasks("6.54 4.36 3.34 9/156 4549\n"), Ok(156));
+        assert!(parse_loadavg_tasks("6.54 4.36 3.34").is_err());
+        assert!(parse_loadavg_tasks("1 2 3 9 4549").is_err());
+        assert!(parse_loadavg_tasks("1 2 3 9/x 4549").is_err());
+    }
+
+    #[test]
+    fn reads_a_tree_and_the_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let cg = dir.path().join("cg");
+        let proc = dir.path().join("proc");
+        std::fs::create_dir_all(cg.join("a/b")).unwrap();
+        std::fs::create_dir_all(proc.join("sys/kernel")).unwrap();
+        std::fs::write(cg.join("a/b/pids.current"), "7\n").unwrap();
+        std::fs::write(cg.join("a/b/pids.max"), "max\n").unwrap();
+        std::fs::write(cg.join("a/pids.current"), "9\n").unwrap();
+        std::fs::write(cg.join("a/pids.max"), "12\n").unwrap();
+        std::fs::write(proc.join("loadavg"), "0.00 0.01 0.05 2/431 999\n").unwrap();
+        std::fs::write(proc.join("sys/kernel/pid_max"), "4194304\n").unwrap();
+        std::fs::write(proc.join("sys/kernel/threads-max"), "126344\n").unwrap();
+        let r = PidsReader::new(cg, proc);
+        assert_eq!(
+            r.read("/a/b").unwrap(),
+            Some(PidsSample {
+                current: 7,
+                limit: None
+            })
+        );
+        assert_eq!(
+            r.read("/a").unwrap(),
+            Some(PidsSample {
+                current: 9,
+                limit: Some(12)
+            })
+        );
+        assert_eq!(r.read("/gone").unwrap(), None);
+        assert_eq!(
+            r.read_node().unwrap(),
+            Some(NodePids {
+                current: 431,
+                limit: 126344
+            })
+        );
+    }
+}
