@@ -259,17 +259,16 @@ impl CgroupActuator {
 
 impl Actuator for CgroupActuator {
     fn freeze(&mut self, h: &CgroupHandle) -> Outcome {
-        match self.freeze_inner(h) {
-            Ok(true) => Outcome::Done,
-            Ok(false) => {
-                // Never leave a half-frozen cgroup behind.
-                let _ = self.thaw(h);
-                Outcome::Failed("freeze did not complete in time; thawed".into())
-            }
-            Err(e) => {
-                let _ = self.thaw(h);
-                Outcome::Failed(format!("freeze {}: {e}; thawed", h.path.display()))
-            }
+        let why = match self.freeze_inner(h) {
+            Ok(true) => return Outcome::Done,
+            Ok(false) => "freeze did not complete in time".to_owned(),
+            Err(e) => format!("freeze {}: {e}", h.path.display()),
+        };
+        // Never leave a half-frozen cgroup behind; a thaw that fails here is retried by the
+        // enforcer, which keeps the cgroup on its list until a thaw succeeds.
+        match self.thaw(h) {
+            Outcome::Failed(e) => Outcome::Failed(format!("{why}; thaw failed too: {e}")),
+            _ => Outcome::Failed(format!("{why}; thawed")),
         }
     }
 
@@ -296,12 +295,21 @@ impl Actuator for CgroupActuator {
             }
         } else {
             // Freeze first so nothing forks away between listing and signalling.
-            let frozen = matches!(self.freezer, Freezer::V1 { .. })
-                && matches!(self.freeze_inner(h), Ok(true));
+            let v1 = matches!(self.freezer, Freezer::V1 { .. });
+            if v1 {
+                // Best effort: whether or not the freeze completes, the signals go out and the
+                // thaw below follows.
+                if let Err(e) = self.freeze_inner(h) {
+                    tracing::debug!(cgroup = %h.path.display(), error = %e, "freeze before kill");
+                }
+            }
             let signalled = self.signal_all(h, nix::sys::signal::Signal::SIGKILL);
-            // On v1 SIGKILL does not land while frozen: thaw after signalling.
-            if frozen {
-                let _ = self.thaw(h);
+            // On v1 SIGKILL does not land while frozen: thaw after signalling, also after a
+            // freeze that timed out half-way (the enforcer retries a thaw that fails).
+            if v1 {
+                if let Outcome::Failed(e) = self.thaw(h) {
+                    return Outcome::Failed(format!("thaw after the kill signal: {e}"));
+                }
             }
             if let Err(e) = signalled {
                 return Outcome::Failed(format!("kill {}: {e}", h.path.display()));

@@ -273,17 +273,25 @@ impl Enforcer {
                     return (Outcome::Failed(why), Some(cg));
                 }
                 let out = self.act.freeze(&h);
-                // A failed freeze is thawed by the actuator: it is not ours to thaw any more.
                 if out == Outcome::Done {
                     self.orphans.remove(&cg);
                     self.handles.insert(cg.clone(), h);
                 } else {
-                    self.frozen.remove(&cg);
+                    // The actuator thaws a failed freeze; should that thaw have failed too, this
+                    // one keeps the cgroup listed and retried until a thaw succeeds.
+                    self.undo_one(cg.clone());
                 }
                 out
             }
             ActionKind::Freeze => self.act.freeze(&h),
-            ActionKind::Kill => self.act.kill(&h),
+            ActionKind::Kill => {
+                let out = self.act.kill(&h);
+                // A kill may freeze first (v1): never leave it frozen when the kill failed.
+                if matches!(out, Outcome::Failed(_)) && self.act.writes() {
+                    self.undo_one(cg.clone());
+                }
+                out
+            }
             ActionKind::Report => Outcome::Done,
         };
         (outcome, Some(cg))

@@ -2,9 +2,9 @@
 //! actuator over a temp-dir cgroup tree.
 
 use super::*;
-use crate::action::cgroup::Freezer;
+use crate::action::cgroup::{CgroupHandle, Freezer};
 use crate::action::enforce::Enforcer;
-use crate::action::{Actuator, DryRun, Recording};
+use crate::action::{Actuator, DryRun, Outcome, Recording};
 use crate::clock::ManualClock;
 use crate::config::Config;
 use crate::sample::logs::LineCounts;
@@ -727,4 +727,91 @@ fn a_dry_run_needs_no_durable_record() {
         vec![("log-flood".to_string(), "freeze", "dry_run", 1)]
     );
     assert!(st.breakers[0].would_act);
+}
+
+/// Freezes fail (and leave the cgroup half-frozen), and the first thaws fail too.
+#[derive(Debug, Clone, Default)]
+struct Stuck {
+    thaws_to_fail: std::sync::Arc<std::sync::Mutex<u32>>,
+    calls: Recording,
+}
+
+impl Actuator for Stuck {
+    fn freeze(&mut self, h: &CgroupHandle) -> Outcome {
+        self.calls.freeze(h);
+        // As the cgroup writer does: it tries to thaw what it half-froze.
+        match self.thaw(h) {
+            Outcome::Failed(e) => Outcome::Failed(format!("timed out; thaw failed too: {e}")),
+            _ => Outcome::Failed("timed out; thawed".into()),
+        }
+    }
+    fn thaw(&mut self, h: &CgroupHandle) -> Outcome {
+        self.calls.thaw(h);
+        let mut n = self.thaws_to_fail.lock().unwrap();
+        if *n > 0 {
+            *n -= 1;
+            return Outcome::Failed("EBUSY".into());
+        }
+        Outcome::Done
+    }
+    fn kill(&mut self, h: &CgroupHandle) -> Outcome {
+        self.calls.kill(h)
+    }
+}
+
+#[test]
+fn a_freeze_that_failed_is_thawed_until_a_thaw_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "guard:\n  dry_run: false\n  state_file: {}/state.json\n  cooldown: 30s\n{RULES}",
+        dir.path().display()
+    );
+    let cfg = Config::from_yaml(&yaml).unwrap().guard;
+    let stuck = Stuck::default();
+    *stuck.thaws_to_fail.lock().unwrap() = 3;
+    let clock = ManualClock::default();
+    let enforcer = Enforcer::new(
+        Box::new(stuck.clone()),
+        Box::new(stuck.clone()),
+        Freezer::V2 {
+            root: dir.path().join("cg"),
+        },
+        cfg.state_file.clone(),
+        crate::action::notify::Notifier::new(None),
+    );
+    let guard = Guard::new(cfg, Arc::new(clock.clone()), enforcer, "n".into(), None);
+    let mut r = Rig {
+        dir,
+        clock,
+        rec: stuck.calls.clone(),
+        guard,
+    };
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    r.step(&s);
+    let st = r.at(M, &s);
+    assert!(st.breakers.is_empty(), "nothing held");
+    // The writer's own thaw failed, and the enforcer's at once: the cgroup stays listed...
+    assert_eq!(st.thaws_pending, 1);
+    let listed = state::load(&r.dir.path().join("state.json"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        listed.frozen.len(),
+        1,
+        "a stranded cgroup is in the state file"
+    );
+    // ...and is retried every tick until a thaw succeeds.
+    let st = r.at(S, &s);
+    assert_eq!(st.thaws_pending, 0);
+    let cg = format!("/kubepods/pod-{BACKEND}/aaa");
+    assert_eq!(
+        r.rec.calls(),
+        vec![
+            format!("freeze {cg}"),
+            format!("thaw {cg}"),
+            format!("thaw {cg}"),
+            format!("thaw {cg}"),
+            format!("thaw {cg}"),
+        ]
+    );
 }
