@@ -99,9 +99,9 @@ impl Enforcer {
         &self.state_file
     }
 
-    /// A reloaded config: the actuators (dry run or not, freeze timeout), the webhook, each when
-    /// given. The
-    /// state file, the frozen list and the open handles stay: they are what makes undo safe.
+    /// A reloaded config: the actuators (dry run or not, freeze timeout) and the webhook, each
+    /// when given. The state file, the frozen list and the open handles stay: they are what
+    /// makes undo safe.
     pub fn reconfigure(
         &mut self,
         actuators: Option<(Box<dyn Actuator>, Box<dyn Actuator>)>,
