@@ -1,26 +1,13 @@
 //! The binary as a user runs it: `check-config`, and the default run serving `/metrics`.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+mod common;
+
+use common::agent::http_get;
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_nodeguard");
-
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status = buf.split(' ').nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n")?.1.to_owned();
-    Some((status, body))
-}
 
 #[test]
 fn check_config_accepts_the_shipped_example_and_names_every_bad_field() {

@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::agent::http_get;
+
 use common::snap::{assert_line, find, metrics_text, pod};
 
 use common::{Container, Driver, TestNode};
@@ -17,8 +19,6 @@ use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::discover::kubelet::QosClass;
 use nodeguard::snapshot::{BreakerView, GuardStatus, Snapshot};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -761,21 +761,6 @@ impl Drop for AgentProc {
             let _ = self.child.wait();
         }
     }
-}
-
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status = buf.split(' ').nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n")?.1.to_owned();
-    Some((status, body))
 }
 
 fn free_port() -> u16 {

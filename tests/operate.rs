@@ -5,30 +5,16 @@
 
 mod common;
 
+use common::agent::http_get;
+
 use common::Driver;
 use nodeguard::config::live::hash;
 use nodeguard::discover::kubelet::QosClass;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_nodeguard");
-
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status = buf.split(' ').nth(1)?.parse().ok()?;
-    Some((status, buf.split_once("\r\n\r\n")?.1.to_owned()))
-}
 
 /// A port nothing listens on now (bound, then released).
 fn free_port() -> u16 {

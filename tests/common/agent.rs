@@ -255,7 +255,9 @@ impl Drop for AgentProc {
 }
 
 /// A GET over a fresh loopback connection, bounded: 2 s to connect, 5 s per read or write.
-pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+/// The one HTTP client of the tests (`addr`: a `SocketAddr` or `"127.0.0.1:port"`).
+pub fn http_get(addr: impl std::net::ToSocketAddrs, path: &str) -> Option<(u16, String)> {
+    let addr = addr.to_socket_addrs().ok()?.next()?;
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
