@@ -963,6 +963,19 @@ fn kept_aside(n: &TestNode, bytes: &[u8]) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// `nodeguard breakers` on an unreadable state file reports it and exits: no panic (101).
+fn check_breakers_cli(c: &mut Checks, config: &Path) {
+    let (code, sig, out) = breakers_cli(config);
+    c.check(
+        "`nodeguard breakers` on it exits without a crash",
+        sig.is_none() && code != Some(101),
+        format!(
+            "code {code:?} signal {sig:?} (101: a panic): {}",
+            out.trim()
+        ),
+    );
+}
+
 fn breakers_cli(config: &Path) -> (Option<i32>, Option<i32>, String) {
     let out = Command::new(BIN)
         .arg("breakers")
@@ -992,15 +1005,7 @@ fn a_state_file_that_is_not_json_is_kept_aside_and_reported() {
     std::fs::write(n.state_file(), &bad).expect("bad state");
     let addr = free_addr();
     let config = write_config(&n, addr, &guard_yaml(&n, true, "10m"), "dry.yaml");
-    let (code, sig, out) = breakers_cli(&config);
-    c.check(
-        "`nodeguard breakers` on it exits without a crash",
-        sig.is_none() && code != Some(101),
-        format!(
-            "code {code:?} signal {sig:?} (101: a panic): {}",
-            out.trim()
-        ),
-    );
+    check_breakers_cli(&mut c, &config);
     let mut agent = AgentProc::start(&config, addr, n.dir.path().join("agent-notjson.log"));
     let up = agent.state_after(2);
     c.check(
@@ -1075,15 +1080,7 @@ fn a_state_file_with_hold_until_1e300_starts_and_strands_nothing() {
     std::fs::write(n.state_file(), &bad).expect("bad state");
 
     let config = write_config(&n, addr, &guard_yaml(&n, false, "10m"), "enforcing-2.yaml");
-    let (code, sig, out) = breakers_cli(&config);
-    c.check(
-        "`nodeguard breakers` on it exits without a crash",
-        sig.is_none() && code != Some(101),
-        format!(
-            "code {code:?} signal {sig:?} (101: a panic): {}",
-            out.trim()
-        ),
-    );
+    check_breakers_cli(&mut c, &config);
     let mut agent = AgentProc::start(&config, addr, n.dir.path().join("agent-1e300.log"));
     let up = agent.state_after(3);
     c.check(
