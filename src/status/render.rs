@@ -1,6 +1,7 @@
 //! The status screen. Every name that comes from a workload (namespace, pod, container, comm,
 //! cgroup, reasons quoting them) is escaped: a control character is shown as `\xNN`, so an ESC
-//! sequence in a pod name never reaches the terminal raw.
+//! sequence in a pod name never reaches the terminal raw, and a bidi override or zero-width
+//! character as `\u{NNNN}`, so a name cannot reorder or hide part of the line it sits in.
 
 use super::{Column, Row, View};
 use std::borrow::Cow;
@@ -13,14 +14,15 @@ pub struct Style {
     pub wide: bool,
 }
 
-/// Control characters (C0, DEL, C1) as `\xNN` / `\u{NNNN}`; a `\` before them stays as it is.
+/// Control characters (C0, DEL, C1) as `\xNN`, and the invisible characters that change how a
+/// line reads (see [`invisible`]) as `\u{NNNN}`; a `\` before them stays as it is.
 pub fn escape(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(char::is_control) {
+    if !s.chars().any(needs_escape) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
-        if c.is_control() {
+        if needs_escape(c) {
             let n = c as u32;
             if n < 0x100 {
                 let _ = write!(out, "\\x{n:02x}");
@@ -32,6 +34,24 @@ pub fn escape(s: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control() || invisible(c)
+}
+
+/// Unicode format characters a terminal renders as nothing but that reorder or hide text
+/// ("Trojan Source", CVE-2021-42574): bidi embeddings, overrides and isolates, the implicit
+/// direction marks, zero-width spaces and joiners, the BOM, and the line/paragraph separators.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2069}'
+            | '\u{feff}'
+    )
 }
 
 pub fn bytes(b: u64) -> String {

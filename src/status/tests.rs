@@ -89,6 +89,14 @@ fn no_control_character_reaches_the_screen() {
     assert_eq!(escape("relay-\u{1b}[2Jx"), "relay-\\x1b[2Jx");
     assert_eq!(escape("a\u{9b}b\u{7f}\n"), "a\\x9bb\\x7f\\x0a");
     assert_eq!(escape("plain"), "plain");
+    // A right-to-left override would show "api-gpj.exe" as "api-exe.jpg"; zero-width and BOM hide.
+    assert_eq!(escape("api-\u{202e}gpj.exe"), "api-\\u{202e}gpj.exe");
+    assert_eq!(
+        escape("a\u{200b}b\u{2066}c\u{feff}\u{061c}\u{2028}"),
+        "a\\u{200b}b\\u{2066}c\\u{feff}\\u{061c}\\u{2028}"
+    );
+    // Ordinary non-ASCII names stay readable.
+    assert_eq!(escape("café-日本"), "café-日本");
     let v = View::build(&state(), 1002.0, &Options::default());
     for style in [
         Style::default(),
