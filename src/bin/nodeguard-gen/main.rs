@@ -2,11 +2,15 @@
 //! never edited by hand: the VMRule and PrometheusRule (from daemonset/rules/nodeguard.rules.yaml),
 //! the Grafana dashboard (from the panel table in dashboard.rs) and its ConfigMap.
 //! `--check` writes nothing and fails when a committed file differs (scripts/ship-check).
+//! The subcommands are ship-check's own policy checks of what ships (`policy`, `gitops`) and the
+//! YAML reshapes it needs for outside tools (`split-crds`, `spec`); see [`policy`].
 
 mod dashboard;
+mod policy;
 mod rules;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+use policy::{manifests, yaml, Report};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -17,8 +21,108 @@ struct Args {
     #[arg(long)]
     check: bool,
     /// Repository root.
-    #[arg(long, default_value = env!("CARGO_MANIFEST_DIR"))]
+    #[arg(long, global = true, default_value = env!("CARGO_MANIFEST_DIR"))]
     root: PathBuf,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Policy checks of daemonset/, the alert rules, the Alertmanager example and the Dockerfile.
+    /// Writes into WORK what the script runs outside tools on: core.txt (files of core objects),
+    /// kustomizations.txt (overlays to render), patches.txt, nodeguard.yaml (the shipped config).
+    Policy {
+        #[arg(long)]
+        work: PathBuf,
+    },
+    /// Checks the rendered GitOps example (kubectl kustomize daemonset/examples/gitops) and the
+    /// ArgoCD Application.
+    Gitops { rendered: PathBuf },
+    /// Writes FILE.core.yaml: the objects of FILE that have a Kubernetes schema (CRDs left out).
+    SplitCrds { file: PathBuf },
+    /// Writes the `spec` of the rule object in FILE to OUT, as a rule file.
+    Spec { file: PathBuf, out: PathBuf },
+}
+
+/// `policy`: every check; the lists for the script written even when a check fails.
+fn policy(repo: &Path, work: &Path) -> Result<Report, String> {
+    let mut r = Report::default();
+    println!("  -- manifests: structure, cross-references, checkov skips");
+    let tree = manifests::Tree::load(repo, &mut r);
+    let layout = manifests::Layout::new(repo, &tree, &mut r);
+    let write = |name: &str, lines: &[String]| {
+        let mut text = lines.join("\n");
+        text.push('\n');
+        std::fs::write(work.join(name), text)
+            .map_err(|e| format!("{}: {e}", work.join(name).display()))
+    };
+    write("core.txt", &layout.core_files(&tree))?;
+    write("kustomizations.txt", &layout.builds)?;
+    write(
+        "patches.txt",
+        &layout.patches.iter().cloned().collect::<Vec<_>>(),
+    )?;
+    let groups = yaml::load(repo, policy::alerts::RULES)?["groups"].clone();
+    let json: serde_json::Value = serde_json::from_str(&yaml::read(repo, dashboard::JSON_PATH)?)
+        .map_err(|e| format!("{}: {e}", dashboard::JSON_PATH))?;
+    let objs = layout.objects(&tree);
+    if let Some(cfg) = manifests::check_objects(&objs, &groups, &json, &mut r) {
+        std::fs::write(work.join("nodeguard.yaml"), cfg).map_err(|e| e.to_string())?;
+    }
+    r.note(format!(
+        "{} objects in {} files, {} kustomizations",
+        objs.len(),
+        layout.referenced.len(),
+        layout.kustomizations.len()
+    ));
+    println!(
+        "  -- rules: labels, runbooks, metric names, test coverage; Alertmanager inhibit rules"
+    );
+    policy::alerts::run(repo, &mut r)?;
+    println!("  -- Dockerfile: stages, platforms, build context");
+    policy::dockerfile::check(
+        &yaml::read(repo, "Dockerfile")?,
+        &yaml::read(repo, ".dockerignore")?,
+        |p| repo.join(p).exists(),
+        &mut r,
+    );
+    Ok(r)
+}
+
+fn subcommand(repo: &Path, cmd: Cmd) -> Result<bool, String> {
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
+    match cmd {
+        Cmd::Policy { work } => Ok(policy(repo, &work)?.errors.is_empty()),
+        Cmd::Gitops { rendered } => {
+            let mut r = Report::default();
+            policy::gitops::check(
+                &read(&rendered)?,
+                &yaml::load(repo, "daemonset/examples/gitops/runbook-url.yaml")?,
+                &yaml::load(repo, "daemonset/examples/argocd/application.yaml")?,
+                |p| repo.join(p).is_file(),
+                &mut r,
+            );
+            Ok(r.errors.is_empty())
+        }
+        Cmd::SplitCrds { file } => {
+            let (core, crds) = policy::gitops::split_crds(&read(&file)?)?;
+            let mut out = file.into_os_string();
+            out.push(".core.yaml");
+            std::fs::write(&out, core).map_err(|e| e.to_string())?;
+            println!(
+                "  {}: {crds} CRD objects left out",
+                Path::new(&out).display()
+            );
+            Ok(true)
+        }
+        Cmd::Spec { file, out } => {
+            let spec = policy::gitops::spec_of(&read(&file)?)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
+            std::fs::write(&out, spec).map_err(|e| format!("{}: {e}", out.display()))?;
+            Ok(true)
+        }
+    }
 }
 
 /// Every generated file: path under the root, and its content.
@@ -76,6 +180,16 @@ fn first_difference(old: &str, new: &str) -> String {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(cmd) = args.cmd {
+        return match subcommand(&args.root, cmd) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("nodeguard-gen: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let files = match outputs(&args.root) {
         Ok(f) => f,
         Err(e) => {
