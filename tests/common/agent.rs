@@ -270,8 +270,30 @@ pub fn http_get(addr: impl std::net::ToSocketAddrs, path: &str) -> Option<(u16, 
     s.read_to_end(&mut buf).ok()?;
     let buf = String::from_utf8(buf).ok()?;
     let status = buf.split(' ').nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n")?.1.to_owned();
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    let chunked = head
+        .lines()
+        .any(|l| l.to_ascii_lowercase().replace(' ', "") == "transfer-encoding:chunked");
+    let body = if chunked {
+        dechunk(body)?
+    } else {
+        body.to_owned()
+    };
     Some((status, body))
+}
+
+/// A chunked HTTP/1.1 body (Go servers send large answers so: vmalert, VictoriaMetrics).
+fn dechunk(mut rest: &str) -> Option<String> {
+    let mut out = String::new();
+    loop {
+        let (size, tail) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.push_str(tail.get(..size)?);
+        rest = tail.get(size..)?.strip_prefix("\r\n")?;
+    }
 }
 
 pub fn free_addr() -> SocketAddr {
