@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::agent::http_get;
+use common::agent::{free_addr, AgentProc};
 
 use common::snap::{assert_line, find, metrics_text, pod};
 
@@ -20,8 +20,8 @@ use nodeguard::clock::SystemClock;
 use nodeguard::discover::kubelet::QosClass;
 use nodeguard::snapshot::{BreakerView, GuardStatus, Snapshot};
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -663,114 +663,6 @@ fn kill_empties_the_cgroup_and_spares_a_recreated_one() {
 // 3. The real binary: SIGTERM thaws, a restart re-applies the hold, SIGKILL keeps it, release.
 // ---------------------------------------------------------------------------------------------
 
-/// The real agent, our own child. Killed (SIGKILL) and reaped on drop if still running, so a
-/// failing test leaves nothing behind (the node then thaws what it left frozen).
-struct AgentProc {
-    child: Child,
-    addr: String,
-    log: PathBuf,
-}
-
-impl AgentProc {
-    fn start(config: &Path, addr: &str, log: PathBuf) -> AgentProc {
-        let err = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("agent log");
-        let child = Command::new(BIN)
-            .arg("--config")
-            .arg(config)
-            .env_remove("NODE_NAME")
-            .env_remove("POD_NAMESPACE")
-            .env("NODEGUARD_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .expect("spawn nodeguard");
-        AgentProc {
-            child,
-            addr: addr.to_owned(),
-            log,
-        }
-    }
-
-    fn pid(&self) -> nix::unistd::Pid {
-        nix::unistd::Pid::from_raw(self.child.id() as i32)
-    }
-
-    /// Signals our own child and waits (at most 15 s) for it to exit.
-    fn stop(&mut self, sig: nix::sys::signal::Signal) -> std::process::ExitStatus {
-        nix::sys::signal::kill(self.pid(), sig).expect("signal the agent");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(st) = self.child.try_wait().expect("wait") {
-                return st;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the agent did not exit after {sig}: {}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// `/api/state`, once the agent has ticked at least `ticks` times (bounded: 20 s).
-    fn state_after(&self, ticks: u64) -> serde_json::Value {
-        self.state_until(&format!("{ticks} ticks"), |v| {
-            v["agent"]["ticks_total"].as_u64().unwrap_or(0) >= ticks
-        })
-    }
-
-    /// `/api/state`, once `ready` holds for it (bounded: 20 s).
-    fn state_until(
-        &self,
-        what: &str,
-        ready: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut last = None;
-        loop {
-            if let Some((200, body)) = http_get(&self.addr, "/api/state") {
-                let v: serde_json::Value = serde_json::from_str(&body).expect("state json");
-                if ready(&v) {
-                    return v;
-                }
-                last = Some(v);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "/api/state: not {what} after 20 s: {last:#?}\nagent log:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for AgentProc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind 127.0.0.1:0")
-        .local_addr()
-        .expect("local addr")
-        .port()
-}
-
 /// Waits (bounded) until the container's freezer reports `want`.
 fn wait_freezer(
     n: &TestNode,
@@ -843,7 +735,7 @@ fn sigterm_thaws_and_a_restarted_agent_reapplies_the_hold() {
     let p = n.pod(Driver::Systemd, QosClass::Burstable, "feeds", BACKEND);
     let relay = n.container(&p, "relay", 0);
     let idle = n.spawn(&relay, &["idle"]);
-    let addr = format!("127.0.0.1:{}", free_port());
+    let addr = free_addr();
     let rules =
         "    - name: log-flood\n      signal: log_lines_per_minute\n      above: 300\n      \
                  for: 2s\n      action: freeze\n      hold: 10m\n";
@@ -858,7 +750,7 @@ fn sigterm_thaws_and_a_restarted_agent_reapplies_the_hold() {
     assert_eq!((code, out.as_str()), (0, "no breakers\n"));
 
     // Run 1: the container floods its log until the agent freezes it.
-    let mut agent = AgentProc::start(&config, &addr, n.dir.path().join("agent-1.log"));
+    let mut agent = AgentProc::start(&config, addr, n.dir.path().join("agent-1.log"));
     let start = Instant::now();
     let mut written = 0;
     for _ in 0..120 {
@@ -881,7 +773,7 @@ fn sigterm_thaws_and_a_restarted_agent_reapplies_the_hold() {
         ms(start.elapsed())
     );
     // The freeze is written during a tick; its snapshot (and state file) are published after.
-    let st = agent.state_until("the breaker is listed", |v| !listed(v).is_empty());
+    let st = agent.must_state("the breaker is listed", |v| !listed(v).is_empty());
     assert_eq!(
         listed(&st),
         vec![(
@@ -909,7 +801,7 @@ fn sigterm_thaws_and_a_restarted_agent_reapplies_the_hold() {
     );
 
     // SIGTERM while frozen: fail open, nothing left frozen; the breaker stays in the state file.
-    let st = agent.stop(nix::sys::signal::Signal::SIGTERM);
+    let st = agent.must_stop(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(st.code(), Some(0), "{}", agent.log_text());
     assert_eq!(n.freezer_state(&relay), "THAWED");
     assert_eq!(transitions(&agent.log_text()), vec!["opened"]);
@@ -921,10 +813,10 @@ fn sigterm_thaws_and_a_restarted_agent_reapplies_the_hold() {
     assert_eq!(saved.breakers[0].acted[0].cgroup, n.rel(&relay.cgroup));
 
     // Run 2: the hold is still due: re-applied at start, from the state file.
-    let mut agent = AgentProc::start(&config, &addr, n.dir.path().join("agent-2.log"));
+    let mut agent = AgentProc::start(&config, addr, n.dir.path().join("agent-2.log"));
     let took = wait_freezer(&n, &relay, "FROZEN", Duration::from_secs(20), "restart");
     eprintln!("binary: hold re-applied {} ms after the restart", ms(took));
-    let st = agent.state_after(2);
+    let st = agent.must_tick(2);
     assert_eq!(
         listed(&st),
         vec![(
@@ -953,15 +845,15 @@ fn sigterm_thaws_and_a_restarted_agent_reapplies_the_hold() {
     assert_eq!(transitions(&agent.log_text()), vec!["restored"]);
 
     // SIGKILL: nothing runs to thaw it, and it stays frozen.
-    let st = agent.stop(nix::sys::signal::Signal::SIGKILL);
+    let st = agent.must_stop(nix::sys::signal::Signal::SIGKILL);
     assert_eq!(st.signal(), Some(9));
     assert_eq!(n.freezer_state(&relay), "FROZEN");
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(n.freezer_state(&relay), "FROZEN");
 
     // Run 3: still held after the crash.
-    let mut agent = AgentProc::start(&config, &addr, n.dir.path().join("agent-3.log"));
-    let st = agent.state_after(1);
+    let mut agent = AgentProc::start(&config, addr, n.dir.path().join("agent-3.log"));
+    let st = agent.must_tick(1);
     assert_eq!(n.freezer_state(&relay), "FROZEN");
     assert_eq!(
         listed(&st),
@@ -989,15 +881,15 @@ fn sigterm_thaws_and_a_restarted_agent_reapplies_the_hold() {
         "binary: released by hand, thawed {} ms after the request",
         ms(took)
     );
-    let ticks = agent.state_after(1)["agent"]["ticks_total"]
+    let ticks = agent.must_tick(1)["agent"]["ticks_total"]
         .as_u64()
         .unwrap_or(0);
-    let st = agent.state_after(ticks + 1);
+    let st = agent.must_tick(ticks + 1);
     assert!(listed(&st).is_empty(), "{st:#}");
     let (code, out) = cli(&config, &["breakers"]);
     assert_eq!((code, out.as_str()), (0, "no breakers\n"));
     assert_eq!(transitions(&agent.log_text()), vec!["restored", "released"]);
-    let st = agent.stop(nix::sys::signal::Signal::SIGTERM);
+    let st = agent.must_stop(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(st.code(), Some(0), "{}", agent.log_text());
     assert_eq!(n.freezer_state(&relay), "THAWED");
     assert!(

@@ -16,12 +16,6 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_nodeguard");
 
-/// A port nothing listens on now (bound, then released).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// Polls `f` every 50 ms until it gives a value, at most `limit`; the time it took.
 fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<(T, Duration)> {
     let t0 = Instant::now();
@@ -181,7 +175,7 @@ fn config_follows_a_symlink_swap_and_a_bad_file_keeps_the_running_one() {
     let Some((n, text)) = node_with_zombies("keeper-0") else {
         return;
     };
-    let port = free_port();
+    let port = common::agent::free_addr().port();
     let cfg_dir = n.dir.path().join("etc");
     std::fs::create_dir(&cfg_dir).unwrap();
     let (quiet, holding) = (text(port, 1000), text(port, 1));
@@ -291,7 +285,7 @@ fn status_reads_the_running_agent_and_sighup_reloads() {
     let Some((n, text)) = node_with_zombies("evil-\u{1b}[2J\u{1b}]0;owned\u{7}-0") else {
         return;
     };
-    let port = free_port();
+    let port = common::agent::free_addr().port();
     let url = format!("http://127.0.0.1:{port}");
     let file = n.dir.path().join("nodeguard.yaml");
     let quiet = text(port, 1000);

@@ -215,6 +215,37 @@ impl AgentProc {
         }
     }
 
+    /// `stop`, asserting the agent exited (the log is in the failure).
+    pub fn must_stop(&mut self, sig: nix::sys::signal::Signal) -> ExitStatus {
+        match self.stop(sig) {
+            Some(st) => st,
+            None => panic!("the agent did not exit after {sig}: {}", self.log_text()),
+        }
+    }
+
+    /// `state_until` for 20 s, asserting it held (`what` and the log are in the failure).
+    pub fn must_state(
+        &mut self,
+        what: &str,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        match self.state_until(Duration::from_secs(20), ready) {
+            Some(v) => v,
+            None => panic!(
+                "/api/state: not {what} after 20 s: {:#?}\nagent log:\n{}",
+                self.state(),
+                self.log_text()
+            ),
+        }
+    }
+
+    /// `must_state` once the agent has ticked at least `ticks` times.
+    pub fn must_tick(&mut self, ticks: u64) -> serde_json::Value {
+        self.must_state(&format!("{ticks} ticks"), |v| {
+            v["agent"]["ticks_total"].as_u64().unwrap_or(0) >= ticks
+        })
+    }
+
     /// `/api/state` once the agent has ticked `ticks` times (bounded: 20 s).
     pub fn state_after(&mut self, ticks: u64) -> Option<serde_json::Value> {
         self.state_until(Duration::from_secs(20), |v| {
