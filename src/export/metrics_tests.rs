@@ -373,3 +373,125 @@ fn promtool_accepts_the_hostile_exposition() {
         remarks.join("\n")
     );
 }
+
+/// Families in an exposition: name as documented (counters with `_total`, info with `_info`) ->
+/// (type, label names seen on its samples, `node` left out: it is on every series when known).
+fn families(text: &str) -> BTreeMap<String, (String, BTreeSet<String>)> {
+    let mut out: BTreeMap<String, (String, BTreeSet<String>)> = BTreeMap::new();
+    let mut by_base = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (base, ty) = rest.split_once(' ').expect("TYPE line");
+            let name = match ty {
+                "counter" => format!("{base}_total"),
+                "info" => format!("{base}_info"),
+                _ => base.to_owned(),
+            };
+            by_base.insert(base.to_owned(), name.clone());
+            out.entry(name).or_default().0 = ty.to_owned();
+        }
+    }
+    for s in parse_exposition(text).expect("exposition parses") {
+        let base = ["_total", "_info", "_created"]
+            .iter()
+            .find_map(|suf| {
+                s.name
+                    .strip_suffix(suf)
+                    .filter(|b| by_base.contains_key(*b))
+            })
+            .unwrap_or(&s.name);
+        let Some(name) = by_base.get(base) else {
+            continue;
+        };
+        let labels = &mut out.get_mut(name).expect("family").1;
+        labels.extend(
+            s.labels
+                .iter()
+                .map(|(k, _)| k.clone())
+                .filter(|k| k != "node"),
+        );
+    }
+    out
+}
+
+/// docs/metrics.md's tables: metric -> (type, label names; `ns` is `namespace`).
+fn documented() -> BTreeMap<String, (String, BTreeSet<String>)> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+        .expect("docs/metrics.md");
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let cells: Vec<&str> = line.split(" | ").map(str::trim).collect();
+        let Some(name) = cells
+            .first()
+            .and_then(|c| c.strip_prefix("| `"))
+            .and_then(|c| c.strip_suffix('`'))
+            .filter(|c| c.starts_with("nodeguard_"))
+        else {
+            continue;
+        };
+        // Label cells: `a, b, c=`x`\|`y``, or `-` / empty for none.
+        let labels = cells.get(2).copied().unwrap_or("");
+        let labels: BTreeSet<String> = labels
+            .split(", ")
+            .map(|l| l.split('=').next().unwrap_or("").trim().trim_matches('`'))
+            .filter(|l| !l.is_empty() && *l != "-" && *l != "none" && *l != "node")
+            .map(|l| {
+                if l == "ns" {
+                    "namespace".to_owned()
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect();
+        let ty = cells.get(1).copied().unwrap_or("").to_owned();
+        out.insert(name.to_owned(), (ty, labels));
+    }
+    out
+}
+
+/// The whole registry as the agent builds it: the snapshot's, the config's and the server's.
+fn rendered_all(s: &Snapshot) -> String {
+    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(s.clone())));
+    let mut r = registry(shared.clone());
+    crate::export::info::register(&mut r, shared.clone());
+    crate::export::limits::register(&mut r, Arc::default(), shared);
+    render(&r).expect("render")
+}
+
+#[test]
+fn docs_metrics_md_lists_every_family_with_its_type_and_labels() {
+    let mut code = families(&rendered_all(&Snapshot::default()));
+    for (name, (_, labels)) in families(&rendered_all(&hostile_snapshot())) {
+        code.entry(name).or_default().1.extend(labels);
+    }
+    let docs = documented();
+    let mut problems = Vec::new();
+    for (name, (ty, labels)) in &code {
+        match docs.get(name) {
+            None => problems.push(format!(
+                "{name} ({ty}) is exported but not in docs/metrics.md"
+            )),
+            Some((dty, dlabels)) => {
+                if dty != ty {
+                    problems.push(format!("{name}: exported as {ty}, documented as {dty}"));
+                }
+                // Label names are checked where this snapshot gives the family samples.
+                if !labels.is_empty() && labels != dlabels {
+                    problems.push(format!(
+                        "{name}: exported with labels {labels:?}, documented {dlabels:?}"
+                    ));
+                }
+            }
+        }
+    }
+    for name in docs.keys() {
+        if !code.contains_key(name) {
+            problems.push(format!("{name} is documented but not exported"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "code and docs/metrics.md disagree:\n - {}",
+        problems.join("\n - ")
+    );
+}
