@@ -9,6 +9,7 @@ pub mod alerts;
 pub mod dockerfile;
 pub mod gitops;
 pub mod manifests;
+pub mod pod;
 pub mod yaml;
 
 /// Findings of one check run: every failure is printed as it is found and kept.
