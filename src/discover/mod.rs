@@ -89,6 +89,10 @@ pub struct Discovery {
     config: DiscoveryConfig,
     /// Container ids known to be sandboxes: a cgroup's role never changes, so ask /proc once.
     sandbox_cache: HashSet<String>,
+    /// Ids judged sandboxes at the last scan (cached or not), and the names it used: the kernel
+    /// log names cgroups that may be gone by the time it is read.
+    last_sandboxes: HashSet<String>,
+    last_index: NameIndex,
     stats: DiscoveryStats,
 }
 
@@ -105,8 +109,51 @@ impl Discovery {
             names,
             config,
             sandbox_cache: HashSet::new(),
+            last_sandboxes: HashSet::new(),
+            last_index: NameIndex::default(),
             stats: DiscoveryStats::default(),
         }
+    }
+
+    /// Whether `rel` lies in a configured scope (the agent's view of the tree).
+    pub fn in_scope(&self, rel: &str) -> bool {
+        self.config.scopes.iter().any(|s| {
+            let s = normalize(s);
+            s == "/"
+                || rel == s
+                || rel
+                    .strip_prefix(s.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        })
+    }
+
+    /// The container a kubelet cgroup path (or a cgroup below it) names, from the path grammar
+    /// alone: for a container whose cgroup no scan saw. Named from the last scan's log trees,
+    /// else by its short id; `None` outside the scopes, for non-container paths and sandboxes.
+    pub fn container_of_path(&self, rel: &str) -> Option<(WorkloadId, String, String)> {
+        if !self.in_scope(rel) {
+            return None;
+        }
+        let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+        let k = kubelet::kubepods_index(&comps)?;
+        // kubepods[/qos]/pod/<container>: the container is at most 4 levels below kubepods.
+        let found =
+            (1..=4.min(comps.len() - k)).find_map(|n| match kubelet::parse(&comps[k..k + n]) {
+                Some(KubeCgroup::Container { pod_uid, id, .. }) => Some((pod_uid, id)),
+                _ => None,
+            });
+        let (pod_uid, id) = found?;
+        if self.sandbox_cache.contains(&id) || self.last_sandboxes.contains(&id) {
+            return None;
+        }
+        let wid = match self.last_index.containers.get(&id) {
+            Some(c) => WorkloadId::container(&c.namespace, &c.pod, &c.container),
+            None => {
+                let (namespace, pod) = pod_names(&self.last_index, &pod_uid);
+                WorkloadId::container(&namespace, &pod, &id[..12.min(id.len())])
+            }
+        };
+        Some((wid, pod_uid, id))
     }
 
     /// What the last successful scan could not represent as is.
@@ -156,6 +203,8 @@ impl Discovery {
         }
         let mut inv = Inventory::default();
         let mut seen_ids = Vec::new();
+        let live = live_container_ids(&dirs);
+        self.last_sandboxes.clear();
         let mut i = 0;
         while i < dirs.len() {
             let rel = dirs[i].clone();
@@ -164,7 +213,7 @@ impl Discovery {
                 let end = subtree_end(&dirs, i);
                 if let Some(kc) = kubelet::parse(&comps[k..]) {
                     let is_container = matches!(kc, KubeCgroup::Container { .. });
-                    self.classify_kube(kc, &dirs[i..end], &index, &mut inv, &mut seen_ids)?;
+                    self.classify_kube(kc, &dirs[i..end], &index, &live, &mut inv, &mut seen_ids)?;
                     // A container's nested cgroups (dind, systemd-in-container) belong to it.
                     if is_container {
                         i = end;
@@ -200,6 +249,7 @@ impl Discovery {
             i += 1;
         }
         self.sandbox_cache.retain(|id| seen_ids.contains(id));
+        self.last_index = index;
         self.log_transitions(stats);
         self.stats = stats;
         inv.workloads
@@ -213,6 +263,7 @@ impl Discovery {
         kc: KubeCgroup,
         subtree: &[String],
         index: &NameIndex,
+        live: &HashSet<String>,
         inv: &mut Inventory,
         seen_ids: &mut Vec<String>,
     ) -> Result<(), ReadError> {
@@ -238,9 +289,10 @@ impl Discovery {
                 let wid = match index.containers.get(&id) {
                     Some(c) => WorkloadId::container(&c.namespace, &c.pod, &c.container),
                     None => {
-                        match self.unlinked(&id, rel)? {
+                        match self.unlinked(&id, rel, &pod_uid, index, live)? {
                             Unlinked::Sandbox => {
                                 inv.sandboxes += 1;
+                                self.last_sandboxes.insert(id);
                                 return Ok(());
                             }
                             Unlinked::Undecided => return Ok(()),
@@ -267,10 +319,20 @@ impl Discovery {
         Ok(())
     }
 
-    /// What an unlinked container cgroup is. Only a `Sandbox` verdict is cached: a cgroup seen
+    /// What an unlinked container cgroup is. Only a `pause` verdict is cached: a cgroup seen
     /// while runc is still setting it up (`runc:[2:INIT]`) may be either, and a container that
-    /// kubelet has not linked yet gets its link a moment later.
-    fn unlinked(&mut self, id: &str, rel: &str) -> Result<Unlinked, ReadError> {
+    /// kubelet has not linked yet gets its link a moment later. Past runc's init, the CRI log
+    /// tree decides (the runtime opens a container's log before its task exists; a sandbox has
+    /// none): a container-name log dir of the pod that no linked live container claims is this
+    /// container's; none left means the sandbox, whatever its image runs.
+    fn unlinked(
+        &mut self,
+        id: &str,
+        rel: &str,
+        pod_uid: &str,
+        index: &NameIndex,
+        live: &HashSet<String>,
+    ) -> Result<Unlinked, ReadError> {
         if self.sandbox_cache.contains(id) {
             return Ok(Unlinked::Sandbox);
         }
@@ -288,8 +350,54 @@ impl Discovery {
         if v == Unlinked::Sandbox {
             self.sandbox_cache.insert(id.to_owned());
         }
-        Ok(v)
+        if v != Unlinked::Container {
+            return Ok(v);
+        }
+        // No pod log dir: no CRI log tree to ask (a runtime without kubelet's logs).
+        let Some(pod) = index.pods.get(pod_uid) else {
+            return Ok(v);
+        };
+        let dirs = self.names.container_dirs(pod, pod_uid)?;
+        Ok(log_evidence(&dirs, &claimed_names(index, pod, live)))
     }
+}
+
+/// Names of the pod's containers that are linked and have a cgroup this scan.
+fn claimed_names<'a>(
+    index: &'a NameIndex,
+    pod: &names::PodName,
+    live: &HashSet<String>,
+) -> HashSet<&'a str> {
+    index
+        .containers
+        .iter()
+        .filter(|(id, c)| live.contains(*id) && c.namespace == pod.namespace && c.pod == pod.pod)
+        .map(|(_, c)| c.container.as_str())
+        .collect()
+}
+
+/// Pure: an unlinked, running container cgroup is a container when the pod's log dir has a
+/// container name that no linked live container claims, else the sandbox.
+fn log_evidence(log_dirs: &[String], claimed: &HashSet<&str>) -> Unlinked {
+    if log_dirs.iter().any(|d| !claimed.contains(d.as_str())) {
+        Unlinked::Container
+    } else {
+        Unlinked::Sandbox
+    }
+}
+
+/// Every container id in the walk (for which log names a live container claims).
+fn live_container_ids(dirs: &[String]) -> HashSet<String> {
+    let mut out = HashSet::new();
+    for rel in dirs {
+        let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+        if let Some(k) = kubelet::kubepods_index(&comps) {
+            if let Some(KubeCgroup::Container { id, .. }) = kubelet::parse(&comps[k..]) {
+                out.insert(id);
+            }
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
