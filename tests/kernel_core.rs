@@ -272,6 +272,8 @@ fn vanished_containers_lose_their_series() {
     let Some(mut n) = node() else { return };
     let p = n.pod(Driver::Cgroupfs, QosClass::BestEffort, "tmp", "job-0");
     let c = n.container_cgroup(&p, "worker", 0);
+    // Not linked yet, but the runtime made its log dir: a container, not the sandbox.
+    std::fs::create_dir_all(n.pod_log_dir(&p).join("worker")).expect("log dir");
     let pid = n.spawn(&c, &["idle"]);
     let mut agent = n.agent();
     let snap = agent.tick();

@@ -699,3 +699,95 @@ mod tests {
         assert_eq!(inv.sandboxes, 0);
     }
 }
+
+#[cfg(test)]
+mod sandbox_tests {
+    use super::*;
+
+    const POD: &str = "kubepods/burstable/pod0a1b";
+    const SANDBOX: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const LINKED: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const STARTING: &str = "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
+
+    /// A v2 tree with one pod: `(dir, discovery)`; each container cgroup runs one process.
+    fn tree(procs: &[(&str, u32, &str)]) -> (tempfile::TempDir, Discovery) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let cg = root.join("cg");
+        std::fs::create_dir_all(cg.join(POD)).unwrap();
+        std::fs::write(cg.join("cgroup.controllers"), "memory\n").unwrap();
+        for (id, pid, comm) in procs {
+            let c = cg.join(POD).join(id);
+            std::fs::create_dir_all(&c).unwrap();
+            std::fs::write(c.join("cgroup.procs"), format!("{pid}\n")).unwrap();
+            let p = root.join("proc").join(pid.to_string());
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("comm"), format!("{comm}\n")).unwrap();
+        }
+        let pods = root.join("pods");
+        std::fs::create_dir_all(pods.join("shop_web-0_0a1b/app")).unwrap();
+        let links = root.join("containers");
+        std::fs::create_dir_all(&links).unwrap();
+        std::os::unix::fs::symlink(
+            "../pods/shop_web-0_0a1b/app/0.log",
+            links.join(format!("web-0_shop_app-{LINKED}.log")),
+        )
+        .unwrap();
+        let d = Discovery::new(
+            &CgroupLayout::detect(&cg).unwrap(),
+            root.join("proc"),
+            NameSource::new(pods, links),
+            DiscoveryConfig {
+                scopes: vec!["/".into()],
+                host_workloads: false,
+            },
+        );
+        (dir, d)
+    }
+
+    fn names(inv: &Inventory) -> Vec<String> {
+        inv.workloads.iter().map(|w| w.id.to_string()).collect()
+    }
+
+    #[test]
+    fn a_sandbox_that_does_not_run_pause_is_still_the_sandbox() {
+        let (_dir, mut d) = tree(&[(SANDBOX, 10, "sleep"), (LINKED, 11, "uwsgi")]);
+        let inv = d.scan().unwrap();
+        assert_eq!(names(&inv), vec!["shop/web-0/app".to_owned()]);
+        assert_eq!(inv.sandboxes, 1);
+        // Not cached (it was not `pause`), but the kernel log attribution knows it.
+        assert!(!d.sandbox_cache.contains(SANDBOX));
+        assert_eq!(
+            d.container_of_path(&format!("/{POD}/{SANDBOX}")),
+            None,
+            "a sandbox is never credited an OOM kill"
+        );
+    }
+
+    #[test]
+    fn an_unlinked_container_with_an_unclaimed_log_dir_is_a_container() {
+        // The linked `app` has no live cgroup (restarting): its log dir is unclaimed, so the new,
+        // not yet linked instance is a container once past runc's init (never judged during it).
+        let (dir, mut d) = tree(&[(STARTING, 12, "runc:[2:INIT]")]);
+        let inv = d.scan().unwrap();
+        assert!(
+            inv.workloads.is_empty() && inv.sandboxes == 0,
+            "runc init: not judged"
+        );
+        std::fs::write(dir.path().join("proc/12/comm"), "uwsgi\n").unwrap();
+        let inv = d.scan().unwrap();
+        assert_eq!(names(&inv), vec![format!("shop/web-0/{}", &STARTING[..12])]);
+        assert_eq!(inv.sandboxes, 0);
+    }
+
+    #[test]
+    fn log_evidence_is_pure() {
+        let claimed: HashSet<&str> = ["app"].into();
+        assert_eq!(log_evidence(&["app".into()], &claimed), Unlinked::Sandbox);
+        assert_eq!(
+            log_evidence(&["app".into(), "sidecar".into()], &claimed),
+            Unlinked::Container
+        );
+        assert_eq!(log_evidence(&[], &HashSet::new()), Unlinked::Sandbox);
+    }
+}
