@@ -118,3 +118,42 @@ fn a_killed_child_process_is_one_oom_kill() {
     assert_eq!(find(&snap, "feeds", "oomk-2", "batch").oom_kills_total, 1);
     assert_eq!(snap.kmsg.expect("kmsg").oom_attributed_total, 1);
 }
+
+/// Without a readable kernel log the feature reports itself off and the cgroup counter counts a
+/// kill the tick sees; a kill whose cgroup is gone before the tick is then missed on v1.
+#[test]
+fn without_the_kernel_log_the_cgroup_counter_counts_alone() {
+    let Some(mut n) = node() else { return };
+    let p = n.pod(Driver::Cgroupfs, QosClass::Burstable, "feeds", "oomk-3");
+    let c = n.container(&p, "backend", 0);
+    n.set_memory_limit(&c, 32 * MIB);
+    let missing = n.dir.path().join("no-kmsg");
+    // The test config has its own `paths:` block: the key goes into it.
+    let yaml = n.config_yaml("").replace(
+        "paths:\n",
+        &format!("paths:\n  kmsg: {}\n", missing.display()),
+    );
+    let config = nodeguard::config::Config::from_yaml(&yaml).expect("config");
+    let mut agent =
+        nodeguard::agent::Agent::new(config, std::sync::Arc::new(nodeguard::clock::SystemClock))
+            .expect("agent");
+    let snap = agent.tick();
+    let f = snap
+        .features
+        .iter()
+        .find(|f| f.name == "oom_kmsg")
+        .expect("feature");
+    assert!(!f.available);
+    assert!(
+        f.reason.as_deref().is_some_and(|r| r.contains("no-kmsg")),
+        "{f:?}"
+    );
+    assert!(snap.kmsg.is_none());
+    assert_line(
+        &metrics_text(&snap),
+        "nodeguard_feature_available{feature=\"oom_kmsg\"} 0",
+    );
+    n.run_to_exit(&c, &["oom", &(256 * MIB).to_string()]);
+    let snap = agent.tick();
+    assert_eq!(find(&snap, "feeds", "oomk-3", "backend").oom_kills_total, 1);
+}
