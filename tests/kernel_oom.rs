@@ -157,3 +157,43 @@ fn without_the_kernel_log_the_cgroup_counter_counts_alone() {
     let snap = agent.tick();
     assert_eq!(find(&snap, "feeds", "oomk-3", "backend").oom_kills_total, 1);
 }
+
+/// A bound on records per tick that bites (an OOM report is dozens of records): counted, and
+/// the kill is attributed once, at a later tick, all the same.
+#[test]
+fn the_per_tick_bound_delays_but_never_loses_or_doubles_a_kill() {
+    let Some(mut n) = node() else { return };
+    let p = n.pod(Driver::Cgroupfs, QosClass::Burstable, "feeds", "oomk-4");
+    let c = n.container(&p, "backend", 0);
+    n.set_memory_limit(&c, 32 * MIB);
+    let yaml = format!(
+        "{}samplers:\n  kmsg:\n    max_records_per_tick: 4\n",
+        n.config_yaml("")
+    );
+    let config = nodeguard::config::Config::from_yaml(&yaml).expect("config");
+    let mut agent =
+        nodeguard::agent::Agent::new(config, std::sync::Arc::new(nodeguard::clock::SystemClock))
+            .expect("agent");
+    let snap = agent.tick();
+    if !kmsg_available(&snap) {
+        return;
+    }
+    n.run_to_exit(&c, &["oom", &(256 * MIB).to_string()]);
+    n.remove_cgroup(&c);
+    let snap = agent.tick();
+    assert_eq!(snap.kmsg.expect("kmsg").read_limited_total, 1);
+    // Bounded: other tests' kernel messages share the log, 2,000 records at most.
+    let mut last = snap;
+    for _ in 0..500 {
+        if last.kmsg.expect("kmsg").oom_attributed_total > 0 {
+            break;
+        }
+        last = agent.tick();
+    }
+    assert_eq!(find(&last, "feeds", "oomk-4", "backend").oom_kills_total, 1);
+    for _ in 0..3 {
+        last = agent.tick();
+    }
+    assert_eq!(find(&last, "feeds", "oomk-4", "backend").oom_kills_total, 1);
+    assert_eq!(last.kmsg.expect("kmsg").oom_attributed_total, 1);
+}

@@ -350,6 +350,15 @@ mod tests {
     }
 
     #[test]
+    fn the_record_this_hybrid_host_wrote() {
+        // Linux 6.18, v1 memory controller: paths relative to /sys/fs/cgroup/memory.
+        let rec = "6,31270,12462280588,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/ngtest-14564-2/kubepods/pod000038e4-0003-4000-8000-000000000001/00000000000038e4000000000000000400000000000000000000000000000003,task_memcg=/ngtest-14564-2/kubepods/pod000038e4-0003-4000-8000-000000000001/00000000000038e4000000000000000400000000000000000000000000000003,task=nodeguard-testl,pid=14582,uid=0\n";
+        let Message::Oom(k) = oom(rec) else { panic!() };
+        assert_eq!(k.task_memcg, "/ngtest-14564-2/kubepods/pod000038e4-0003-4000-8000-000000000001/00000000000038e4000000000000000400000000000000000000000000000003");
+        assert_eq!((k.comm.as_slice(), k.pid), (&b"nodeguard-testl"[..], 14582));
+    }
+
+    #[test]
     fn global_oom_and_a_child_cgroup_below_the_domain() {
         let Message::Oom(k) = oom("6,1,2,-;oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/system.slice/x.service,task=java,pid=7,uid=1000") else {
             panic!()
@@ -414,6 +423,11 @@ mod tests {
         let rec = format!("6,1,2,-;oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg={evil},task_memcg={evil}/v,task=x,pid=1,uid=0");
         let Message::Oom(k) = oom(&rec) else { panic!() };
         assert_eq!(k.task_memcg, format!("{evil}/v"));
+        // A delegated name repeating `,oom_memcg=` cannot hide the kill: the earlier domain fits.
+        let m = "/p/c/e,oom_memcg=/kubepods/podX";
+        let rec = format!("6,1,2,-;oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg={m},task_memcg={m}/v,task=x,pid=1,uid=0");
+        let Message::Oom(k) = oom(&rec) else { panic!() };
+        assert_eq!(k.task_memcg, format!("{m}/v"));
         // A cpuset name (one component, no '/') cannot fake a domain.
         let Message::Oom(k) = oom("6,1,2,-;oom-kill:constraint=CONSTRAINT_MEMCG,cpuset=z,oom_memcg=q,task_memcg=q,mems_allowed=0,oom_memcg=/p/c,task_memcg=/p/c,task=x,pid=1,uid=0") else {
             panic!()
