@@ -204,7 +204,6 @@ impl KmsgSource {
         errors: &mut Vec<ReadError>,
     ) -> Option<KmsgTick> {
         let now = self.clock.now();
-        self.attributor.observe(now, inv);
         if self.reader.is_none() {
             let due = self
                 .denied
@@ -215,6 +214,8 @@ impl KmsgSource {
             }
         }
         let reader = self.reader.as_mut()?;
+        // Only while the log is read: paths serve to attribute its records, nothing else.
+        self.attributor.observe(now, inv);
         let KmsgPass {
             ooms,
             records,
