@@ -220,6 +220,7 @@ impl KmsgSource {
             ooms,
             records,
             truncated,
+            suppressed,
             overruns,
             limited,
             error,
@@ -227,6 +228,7 @@ impl KmsgSource {
         let st = &mut self.status;
         st.records_total += records;
         st.oom_truncated_total += truncated;
+        st.oom_suppressed_total += suppressed;
         st.overruns_total += overruns;
         st.read_limited_total += u64::from(limited);
         errors.extend(error);
