@@ -226,6 +226,18 @@ impl Containerd {
     /// Like the kubelet: the pod cgroup and log dir first, then RunPodSandbox with
     /// `log_directory` and `cgroup_parent`, pod network namespace, per-container pid namespace.
     pub fn run_pod(&mut self, node: &mut TestNode, namespace: &str, name: &str) -> CriPod {
+        self.run_pod_while(node, namespace, name, || {})
+    }
+
+    /// `run_pod`, calling `during` over and over while RunPodSandbox is in flight (the call runs
+    /// on its own thread and connection): what a tick sees while runc creates the sandbox.
+    pub fn run_pod_while(
+        &mut self,
+        node: &mut TestNode,
+        namespace: &str,
+        name: &str,
+        mut during: impl FnMut(),
+    ) -> CriPod {
         let pod = node.pod(Driver::Cgroupfs, QosClass::Burstable, namespace, name);
         let config = cri::PodSandboxConfig {
             metadata: Some(cri::PodSandboxMetadata {
@@ -246,18 +258,40 @@ impl Containerd {
             }),
             ..Default::default()
         };
-        let r = self.call(
-            "RunPodSandbox",
-            self.rs.clone().run_pod_sandbox(cri::RunPodSandboxRequest {
-                config: Some(config.clone()),
-                runtime_handler: String::new(),
-            }),
-        );
-        CriPod {
-            id: r.pod_sandbox_id,
-            pod,
-            config,
+        let sock = self.socket();
+        let req = cri::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        };
+        let call = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            let ch = connect(&rt, &sock).map_err(|e| e.to_string())?;
+            let mut rs = RuntimeServiceClient::new(ch);
+            rt.block_on(async {
+                match tokio::time::timeout(CALL_TIMEOUT, rs.run_pod_sandbox(req)).await {
+                    Ok(Ok(r)) => Ok(r.into_inner().pod_sandbox_id),
+                    Ok(Err(s)) => Err(s.to_string()),
+                    Err(_) => Err(format!("no answer in {CALL_TIMEOUT:?}")),
+                }
+            })
+        });
+        // Bounded by the call's own timeout.
+        while !call.is_finished() {
+            during();
+            std::thread::sleep(Duration::from_millis(1));
         }
+        let id = match call.join() {
+            Ok(Ok(id)) => id,
+            Ok(Err(e)) => panic!(
+                "CRI RunPodSandbox: {e}\ncontainerd log tail:\n{}",
+                tail(&self.log_text(), 30)
+            ),
+            Err(_) => panic!("RunPodSandbox thread panicked"),
+        };
+        CriPod { id, pod, config }
     }
 
     /// CreateContainer (`log_path` `<name>/<attempt>.log`), the `/var/log/containers` link, then
