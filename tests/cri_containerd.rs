@@ -320,7 +320,7 @@ fn containerd_over_cri() {
         "worker",
         0,
         Spec {
-            args: &["--until-term", "oom-child", &(256 * MIB).to_string()],
+            args: &["--until-term", "oom-child-hold", &(256 * MIB).to_string()],
             memory_limit: Some(48 * MIB),
         },
     );

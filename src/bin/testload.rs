@@ -27,12 +27,13 @@ const NET_TIMEOUT: Duration = Duration::from_secs(5);
 fn usage() -> ExitCode {
     eprintln!(
         "usage: nodeguard-testload [--netns NETNS_FILE] [--join PROCS_FILE]... [--comm NAME]\n       \
-         [--comm-hex HEX] [--until-term] <mode>\n\
-         modes: idle | pause | zombies N | alloc BYTES | oom BYTES | grow BYTES MS\n       \
-         | lines STDOUT_N STDERR_N LONG_BYTES | oom-child BYTES\n       \
+         [--comm-hex HEX] <mode>\n\
+         modes: idle | zombies N | alloc BYTES | oom BYTES | grow BYTES MS\n       \
          | listen ADDR | connect ADDR TCP_N UDP_N\n       \
          | storm ADDR CYCLES --log FILE [--cycle-ms MS] [--max-loops N]\n       \
-         | forker N | tasks THREADS ZOMBIES | exhaust ADDR MAX REPORT_FILE"
+         | forker N | tasks THREADS ZOMBIES | exhaust ADDR MAX REPORT_FILE\n       \
+         | pause | lines STDOUT_N STDERR_N LONG_BYTES | oom-child-hold BYTES\n\
+         --until-term: hold until SIGTERM/SIGINT instead of until stdin closes"
     );
     ExitCode::from(64)
 }
@@ -117,13 +118,14 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         }
-        Some("oom-child") => {
+        Some("oom-child-hold") => {
             // A child that allocates until the memcg OOM killer ends it while this parent lives
-            // on: the kernel names the child, the container keeps running.
-            match oom_child(n) {
+            // on (and holds, unlike `oom-child`): the kernel names the child, the container keeps
+            // running.
+            match oom_child_hold(n) {
                 Ok(sig) => println!("child killed by signal {sig}"),
                 Err(e) => {
-                    eprintln!("oom-child: {e}");
+                    eprintln!("oom-child-hold: {e}");
                     return ExitCode::FAILURE;
                 }
             }
@@ -354,7 +356,7 @@ fn lines(stdout_n: u64, stderr_n: u64, long: usize) -> std::io::Result<()> {
 
 /// Forks a child that touches `bytes` in 1 MiB steps and waits for it: the signal that ended it
 /// (9 for the OOM killer), or an error if it exited by itself.
-fn oom_child(bytes: u64) -> Result<i32, String> {
+fn oom_child_hold(bytes: u64) -> Result<i32, String> {
     use nix::sys::wait::{waitpid, WaitStatus};
     // SAFETY: single-threaded here; the child only allocates and calls _exit.
     match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
