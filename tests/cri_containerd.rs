@@ -675,7 +675,16 @@ fn containerd_over_cri() {
     ctd.restart(OTHER_SANDBOX_IMAGE);
     let batch = ctd.run_pod(&mut n, "batch", "job-0");
     let bpid = ctd.sandbox_pid(&n, &batch);
-    let comm = std::fs::read_to_string(format!("/proc/{bpid}/comm")).unwrap_or_default();
+    // RunPodSandbox can answer before runc's init has exec'd the sandbox's process: wait for it.
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    let mut comm;
+    loop {
+        comm = std::fs::read_to_string(format!("/proc/{bpid}/comm")).unwrap_or_default();
+        if comm.trim() != "runc:[2:INIT]" || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     ck.check(
         "the batch sandbox's process is not pause",
         comm.trim() == "testload",
