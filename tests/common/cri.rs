@@ -773,7 +773,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     let err = log.try_clone().expect("log fd");
     // NGCRI_LOG_LEVEL=debug puts runc's and the shims' messages in the log too.
     let level = std::env::var("NGCRI_LOG_LEVEL").unwrap_or_else(|_| "info".into());
-    let mut child = Command::new("containerd")
+    let child = Command::new("containerd")
         .arg("--config")
         .arg(&cfg)
         .args(["--log-level", &level])
@@ -782,9 +782,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         .stderr(err)
         .spawn()
         .expect("spawn containerd");
+    // Until it is handed over, a panic here (it exits, never answers) still stops it.
+    let mut guard = KillOnDrop(Some(child));
     let sock = dir.join("containerd.sock");
     let deadline = Instant::now() + CALL_TIMEOUT;
     loop {
+        let child = guard.0.as_mut().expect("containerd child");
         if let Ok(Some(st)) = child.try_wait() {
             panic!(
                 "containerd exited {st}:\n{}",
@@ -812,16 +815,27 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                         v.runtime_version,
                         v.runtime_api_version
                     );
+                    let child = guard.0.take().expect("containerd child");
                     return (child, rs);
                 }
             }
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
             panic!("containerd's CRI service did not answer in {CALL_TIMEOUT:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Our containerd child while `launch` waits for it: killed and reaped if `launch` panics.
+struct KillOnDrop(Option<Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
