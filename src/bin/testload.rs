@@ -7,6 +7,10 @@
 //! connect, and each failure writes two error lines to the container's CRI log and schedules two
 //! reconnects, so the loops double every cycle (capped). `forker` keeps N children alive and
 //! re-forks any that die, so only a kill that stops the whole cgroup at once empties it.
+//!
+//! In a container started by a real runtime (tests/cri_containerd.rs) stdin is `/dev/null`:
+//! `--until-term` holds until SIGTERM or SIGINT instead (what the runtime sends on stop), and
+//! `pause` is a sandbox's pause process.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -27,7 +31,9 @@ fn usage() -> ExitCode {
          modes: idle | zombies N | alloc BYTES | oom BYTES | oom-child BYTES | grow BYTES MS\n       \
          | listen ADDR | connect ADDR TCP_N UDP_N\n       \
          | storm ADDR CYCLES --log FILE [--cycle-ms MS] [--max-loops N]\n       \
-         | forker N | tasks THREADS ZOMBIES | exhaust ADDR MAX REPORT_FILE"
+         | forker N | tasks THREADS ZOMBIES | exhaust ADDR MAX REPORT_FILE\n       \
+         | pause | lines STDOUT_N STDERR_N LONG_BYTES | oom-child-hold BYTES\n\
+         --until-term: hold until SIGTERM/SIGINT instead of until stdin closes"
     );
     ExitCode::from(64)
 }
@@ -37,8 +43,13 @@ fn main() -> ExitCode {
     let mut joins = Vec::new();
     let mut comm = None;
     let mut netns = None;
+    let mut until_term = false;
     while args.first().is_some_and(|a| a.starts_with("--")) {
         let flag = args.remove(0);
+        if flag == "--until-term" {
+            until_term = true;
+            continue;
+        }
         let Some(value) = (!args.is_empty()).then(|| args.remove(0)) else {
             return usage();
         };
@@ -79,12 +90,46 @@ fn main() -> ExitCode {
         }
     }
     let mode = args.first().map(String::as_str);
+    // Blocked before any thread starts (threads inherit the mask), taken by `sigwait` at the end:
+    // a container's pid 1 has no default action for SIGTERM, only a handler or a wait sees it.
+    let term = until_term || mode == Some("pause");
+    if term {
+        if let Err(e) = term_signals().thread_block() {
+            eprintln!("sigprocmask: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let mut children = Vec::new();
     let mut hold: Vec<Vec<u8>> = Vec::new();
     let mut held = Held::default();
     match mode {
-        Some("idle") => {}
+        Some("idle") | Some("pause") => {}
+        Some("lines") => {
+            // CRI log lines from a real runtime: N on stdout, M on stderr, then one line of
+            // LONG_BYTES bytes (containerd splits a line over 16 KiB into `P` partials and an `F`).
+            let m: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+            let long: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(0);
+            if n > 1_000_000 || m > 1_000_000 || long > 16 << 20 {
+                return usage();
+            }
+            if let Err(e) = lines(n, m, long) {
+                eprintln!("lines: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        Some("oom-child-hold") => {
+            // A child that allocates until the memcg OOM killer ends it while this parent lives
+            // on (and holds, unlike `oom-child`): the kernel names the child, the container keeps
+            // running.
+            match oom_child_hold(n) {
+                Ok(sig) => println!("child killed by signal {sig}"),
+                Err(e) => {
+                    eprintln!("oom-child-hold: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
         Some("zombies") => {
             for _ in 0..n {
                 // SAFETY: this process is single-threaded; the child only calls _exit.
@@ -298,15 +343,75 @@ fn main() -> ExitCode {
     let mut out = std::io::stdout();
     let _ = writeln!(out, "ready {}", std::process::id());
     let _ = out.flush();
-    // Hold until the test closes our stdin.
-    let mut sink = [0u8; 64];
-    while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
+    if term {
+        // Hold until the runtime stops us.
+        if let Err(e) = term_signals().wait() {
+            eprintln!("sigwait: {e}");
+        }
+    } else {
+        // Hold until the test closes our stdin.
+        let mut sink = [0u8; 64];
+        while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
+    }
     for c in children {
         let _ = nix::sys::wait::waitpid(c, None);
     }
     drop(hold);
     drop(held);
     ExitCode::SUCCESS
+}
+
+fn term_signals() -> nix::sys::signal::SigSet {
+    let mut set = nix::sys::signal::SigSet::empty();
+    set.add(nix::sys::signal::Signal::SIGTERM);
+    set.add(nix::sys::signal::Signal::SIGINT);
+    set
+}
+
+/// `stdout_n` lines on stdout, `stderr_n` on stderr, then one stdout line of `long` bytes.
+fn lines(stdout_n: u64, stderr_n: u64, long: usize) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    for i in 0..stdout_n {
+        writeln!(out, "out line {i}")?;
+    }
+    out.flush()?;
+    let mut err = std::io::stderr().lock();
+    for i in 0..stderr_n {
+        writeln!(err, "err line {i}")?;
+    }
+    err.flush()?;
+    if long > 0 {
+        let mut line = vec![b'x'; long];
+        line.push(b'\n');
+        out.write_all(&line)?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+/// Forks a child that touches `bytes` in 1 MiB steps and waits for it: the signal that ended it
+/// (9 for the OOM killer), or an error if it exited by itself.
+fn oom_child_hold(bytes: u64) -> Result<i32, String> {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    // SAFETY: single-threaded here; the child only allocates and calls _exit.
+    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
+        nix::unistd::ForkResult::Child => {
+            let mut hold: Vec<Vec<u8>> = Vec::new();
+            let mut done = 0;
+            while done < bytes {
+                let len = (1u64 << 20).min(bytes - done) as usize;
+                hold.push(vec![0xA5u8; len]);
+                done += len as u64;
+            }
+            // SAFETY: plain _exit in the child.
+            unsafe { nix::libc::_exit(0) }
+        }
+        nix::unistd::ForkResult::Parent { child } => match waitpid(child, None) {
+            Ok(WaitStatus::Signaled(_, sig, _)) => Ok(sig as i32),
+            Ok(st) => Err(format!("child ended without a signal: {st:?}")),
+            Err(e) => Err(format!("waitpid: {e}")),
+        },
+    }
 }
 
 /// `6e22` -> `n"`.
