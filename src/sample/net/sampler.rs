@@ -6,8 +6,9 @@ use super::addrs::{parse_fib_trie_locals, parse_if_inet6};
 use super::conntrack::{netns_entries, NodeConntrack};
 use super::ctnetlink::CtError;
 use super::dump::{DumpOutcome, DumpResult, DumpWorker};
+use super::fdcache::{Attribution, CacheStats, SocketCache};
 use super::ports::{read_namespaces, PortRange, PortUsage, PortsJob, PortsOutcome};
-use super::sockets::{classify_netns, netns_of, FdWalker, Proto};
+use super::sockets::{classify_netns, netns_of, FdWalker};
 use super::sockstat::{parse_sockstat, parse_sockstat6};
 use crate::clock::Clock;
 use crate::discover::{Inventory, WorkloadKind};
@@ -76,6 +77,7 @@ struct ConntrackState {
 pub struct NetSampler {
     proc_root: PathBuf,
     walker: FdWalker,
+    cache: SocketCache,
     sockets: bool,
     tcp_states: bool,
     conntrack: Option<ConntrackState>,
@@ -110,6 +112,7 @@ impl NetSampler {
         });
         NetSampler {
             walker: FdWalker::new(proc_root.clone()),
+            cache: SocketCache::new(proc_root.clone(), super::fdcache::DEFAULT_FULL_WALK_EVERY),
             proc_root,
             sockets,
             tcp_states,
@@ -131,6 +134,17 @@ impl NetSampler {
             denied: None,
         });
         self
+    }
+
+    /// Every pod's sockets are walked in full at least once every `n` ticks (the staleness bound
+    /// of the per-pid socket cache).
+    pub fn with_full_walk_every(mut self, n: u32) -> Self {
+        self.cache = SocketCache::new(self.proc_root.clone(), n);
+        self
+    }
+
+    pub fn socket_cache(&self) -> Option<CacheStats> {
+        self.sockets.then(|| self.cache.stats())
     }
 
     pub fn ports_enabled(&self) -> bool {
@@ -175,7 +189,7 @@ impl NetSampler {
         }
 
         if self.sockets {
-            out.sockets = Some(self.sample_sockets(pids, &netns_pid, sock_errors));
+            out.sockets = Some(self.sample_sockets(inv, pids, &netns_pid, sock_errors));
         }
         if self.conntrack.is_some() {
             self.sample_pods(inv, &workload_netns, &netns_pid, &mut out, ct_errors);
@@ -189,45 +203,25 @@ impl NetSampler {
 
     fn sample_sockets(
         &mut self,
+        inv: &Inventory,
         pids: &[Vec<u32>],
         netns_pid: &HashMap<u64, u32>,
         errors: &mut Vec<ReadError>,
     ) -> HashMap<usize, SocketCounts> {
-        let mut owner: HashMap<u64, usize> = HashMap::new();
-        let mut counts: HashMap<usize, SocketCounts> = (0..pids.len())
-            .map(|i| (i, SocketCounts::default()))
+        // A pod's containers share a netns and are re-walked together.
+        let groups: Vec<&str> = inv
+            .workloads
+            .iter()
+            .map(|w| match &w.kind {
+                WorkloadKind::Container { pod_uid, .. } => pod_uid.as_str(),
+                WorkloadKind::Unit => w.cgroup.as_str(),
+            })
             .collect();
-        let mut held = Vec::new();
-        let mut denied = None;
-        for (i, ps) in pids.iter().enumerate() {
-            for &pid in ps {
-                held.clear();
-                match self.walker.sockets(pid, &mut held) {
-                    Ok(_) => {
-                        for &(inode, proto) in &held {
-                            // A socket shared across workloads (passed over a unix socket, or
-                            // inherited) counts once, for the first.
-                            if owner.contains_key(&inode) {
-                                continue;
-                            }
-                            owner.insert(inode, i);
-                            let c = counts.entry(i).or_default();
-                            match proto {
-                                Proto::Tcp => c.tcp += 1,
-                                Proto::Udp => c.udp += 1,
-                                Proto::Other => {}
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        if e.kind() == ErrorKind::Permission {
-                            denied = Some(e.to_string());
-                        }
-                        errors.push(e);
-                    }
-                }
-            }
-        }
+        let Attribution {
+            mut counts,
+            owner,
+            denied,
+        } = self.cache.sample(&groups, pids, errors);
         self.set_feature("sockets", denied);
         // TCP states need the per-netns tables: opt-in, for their kernel cost.
         if self.tcp_states && !owner.is_empty() {
