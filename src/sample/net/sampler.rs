@@ -14,6 +14,7 @@ use crate::clock::Clock;
 use crate::discover::{Inventory, WorkloadKind};
 use crate::error::{ErrorKind, ReadError};
 use crate::fsio::{parse_optional, read_optional};
+use crate::sample::health::thread_cpu;
 use crate::snapshot::{Feature, NetnsSockets, SocketCounts};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -51,6 +52,16 @@ pub struct NetSample {
     pub features: Vec<Feature>,
     /// The ephemeral-port pass: its duration and failed reads (`None` when off or idle).
     pub ports_pass: Option<(Duration, Vec<ReadError>)>,
+    pub cpu: NetCpu,
+}
+
+/// CPU time of one net pass by sampler: the tick's thread, the ports helper, and a conntrack dump
+/// finished since the last tick (charged when picked up).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NetCpu {
+    pub sockets: Duration,
+    pub conntrack: Duration,
+    pub ports: Duration,
 }
 
 /// Per-namespace port ranges are read again after this long (pods set them at creation).
@@ -167,6 +178,7 @@ impl NetSampler {
         sock_errors: &mut Vec<ReadError>,
         ct_errors: &mut Vec<ReadError>,
     ) -> NetSample {
+        let cpu0 = thread_cpu();
         let mut out = NetSample::default();
         // netns inode -> a pid in it; workload -> its netns.
         let mut netns_pid: HashMap<u64, u32> = HashMap::new();
@@ -188,12 +200,21 @@ impl NetSampler {
             }
         }
 
+        // The netns lookup serves both; charged to conntrack (the per-pod reads), or to sockets
+        // when conntrack is off.
+        let cpu1 = thread_cpu();
+        let lookup = cpu1.saturating_sub(cpu0);
         if self.sockets {
             out.sockets = Some(self.sample_sockets(inv, pids, &netns_pid, sock_errors));
         }
+        let cpu2 = thread_cpu();
+        out.cpu.sockets = cpu2.saturating_sub(cpu1);
         if self.conntrack.is_some() {
             self.sample_pods(inv, &workload_netns, &netns_pid, &mut out, ct_errors);
             self.sample_conntrack(&mut out, ct_errors);
+            out.cpu.conntrack += lookup + thread_cpu().saturating_sub(cpu2);
+        } else {
+            out.cpu.sockets += lookup;
         }
         let mut features: Vec<Feature> = self.features.values().cloned().collect();
         features.sort_by_key(|f| f.name);
@@ -319,9 +340,10 @@ impl NetSampler {
         }
         // Pick up a finished dump once.
         let mut denied_change = None;
-        if let Some((seq, outcome)) = ct.worker.as_ref().and_then(|w| w.last()) {
+        if let Some((seq, outcome, cpu)) = ct.worker.as_ref().and_then(|w| w.last()) {
             if seq != ct.seen_seq {
                 ct.seen_seq = seq;
+                out.cpu.conntrack += cpu;
                 match outcome {
                     DumpOutcome::Done(r) => {
                         ct.dump = Some(r);
@@ -435,7 +457,8 @@ impl NetSampler {
         let started = self.clock.now();
         if !jobs.is_empty() {
             let list: Vec<PortsJob> = jobs.iter().map(|(_, j)| j.clone()).collect();
-            let outcomes = read_namespaces(&self.proc_root, &list);
+            let (outcomes, cpu) = read_namespaces(&self.proc_root, &list);
+            out.cpu.ports += cpu;
             for ((uid, job), outcome) in jobs.iter().zip(outcomes) {
                 match outcome {
                     PortsOutcome::Read { range, usage } => {
