@@ -348,24 +348,36 @@ mod tests {
 
     /// A child holding exactly one UDP socket (stdin) and one TCP listener (stdout): the test
     /// process's own fds change under the tests running beside this one.
-    fn holder() -> std::process::Child {
+    /// Our own child, stopped and reaped however the test ends.
+    struct Holder(std::process::Child);
+
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn holder() -> Holder {
         let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let child = Command::new("sleep")
-            .arg("60")
-            .stdin(Stdio::from(OwnedFd::from(udp)))
-            .stdout(Stdio::from(OwnedFd::from(tcp)))
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = Holder(
+            Command::new("sleep")
+                .arg("60")
+                .stdin(Stdio::from(OwnedFd::from(udp)))
+                .stdout(Stdio::from(OwnedFd::from(tcp)))
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
         // Settled once it sleeps with the same fds twice (the loader and locale setup open
         // files; the harness may pass fds of its own down).
-        let stat = format!("/proc/{}/stat", child.id());
+        let stat = format!("/proc/{}/stat", child.0.id());
         let mut last = None;
         for _ in 0..500 {
             let s = std::fs::read_to_string(&stat).unwrap_or_default();
             let fds =
-                std::fs::read_dir(format!("/proc/{}/fd", child.id())).map_or(0, |d| d.count());
+                std::fs::read_dir(format!("/proc/{}/fd", child.0.id())).map_or(0, |d| d.count());
             if s.contains(") S ") && last == Some(fds) {
                 return child;
             }
@@ -386,7 +398,7 @@ mod tests {
     #[test]
     fn unchanged_pids_are_reused_and_every_group_is_walked_every_n_ticks() {
         let mut child = holder();
-        let pid = child.id();
+        let pid = child.0.id();
         let mut cache = SocketCache::new("/proc".into(), 3);
         assert!(
             cache.stats().incremental,
@@ -405,8 +417,8 @@ mod tests {
             assert_eq!(s.entries, 2, "tick {t}");
         }
         assert_eq!(walks, vec![1, 3, 6]);
-        child.kill().unwrap();
-        child.wait().unwrap();
+        child.0.kill().unwrap();
+        child.0.wait().unwrap();
         // An exited pid leaves nothing behind and counts nothing.
         let (c, s) = pass(&mut cache, pid);
         assert_eq!((c, s.walked, s.reused, s.entries), ((0, 0), 0, 0, 0));
@@ -414,16 +426,14 @@ mod tests {
 
     #[test]
     fn the_bound_keeps_pids_uncached_but_counted() {
-        let mut child = holder();
+        let child = holder();
         let mut cache = SocketCache::new("/proc".into(), 1000).with_max(0);
         for _ in 0..2 {
-            let (c, s) = pass(&mut cache, child.id());
+            let (c, s) = pass(&mut cache, child.0.id());
             assert_eq!((c, s.walked, s.reused, s.entries), ((1, 1), 1, 0, 0));
         }
         // Two protocols and one pid list refused per pass.
         assert_eq!(cache.stats().overflows_total, 6);
-        child.kill().unwrap();
-        child.wait().unwrap();
     }
 
     #[test]
