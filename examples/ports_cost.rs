@@ -41,7 +41,7 @@ fn main() {
                 trigger: if count { 0.0 } else { 2.0 },
             };
             let t = Instant::now();
-            let r = read_namespaces(proc_root, &[job]);
+            let (r, _) = read_namespaces(proc_root, &[job]);
             out.push(t.elapsed().as_secs_f64() * 1e6);
             if let [PortsOutcome::Failed(e)] = r.as_slice() {
                 panic!("{e}");

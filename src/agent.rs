@@ -145,7 +145,8 @@ impl Agent {
                 }),
                 clock.clone(),
             )
-            .with_ports(s.ports.enabled.then_some(s.ports.trigger)),
+            .with_ports(s.ports.enabled.then_some(s.ports.trigger))
+            .with_full_walk_every(s.sockets.full_walk_every),
         )
         .with_kmsg(s.kmsg.enabled.then(|| {
             KmsgSource::new(

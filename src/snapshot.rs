@@ -74,6 +74,13 @@ pub struct InputStats {
     pub log_files_skipped_symlink: usize,
     pub log_files_skipped_not_regular: usize,
     pub log_files_skipped_cap: usize,
+    /// The socket sampler's per-pid cache: socket inodes held, and times its bound bit; `None`
+    /// while the socket sampler is off.
+    pub socket_cache_entries: Option<u64>,
+    pub socket_cache_overflows_total: u64,
+    /// Pids walked and reused by the socket sampler's last pass.
+    pub socket_pids_walked: u64,
+    pub socket_pids_reused: u64,
 }
 
 /// A value carried from the last good read when the current read failed.
@@ -219,6 +226,8 @@ pub struct SamplerStatus {
     pub age_seconds: Option<f64>,
     pub fresh: bool,
     pub last_duration_seconds: f64,
+    /// CPU time spent sampling, helper threads included.
+    pub cpu_seconds_total: f64,
     pub errors_total: Vec<(String, u64)>,
 }
 

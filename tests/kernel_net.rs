@@ -377,3 +377,95 @@ fn exited_processes_leave_no_sockets_and_no_errors() {
         assert!(sampler(&snap, "sockets").fresh, "round {round}");
     }
 }
+
+/// (tcp, udp) of a workload's socket counts.
+fn tcp_udp(w: &WorkloadSignals) -> (u64, u64) {
+    let s = w.sockets.as_ref().expect("socket counts");
+    (s.value.tcp, s.value.udp)
+}
+
+/// The per-pid socket cache stays exact when sockets change in two containers of one pod
+/// between two ticks, and an fd swapped for another with the fd count kept (what the cache cannot
+/// see) shows within `full_walk_every` ticks. Bounds are in ticks, not time.
+#[test]
+fn socket_cache_sees_two_containers_change_and_a_count_keeping_swap_within_n_ticks() {
+    let Some(mut n) = common::net::node() else {
+        return;
+    };
+    const EVERY: u32 = 3;
+    let host = n.netns();
+    let net = PodNet::new(&mut n, &host);
+    let p = n.pod(Driver::Systemd, QosClass::Burstable, "shop", "cart-0");
+    let app = n.container(&p, "app", 0);
+    let side = n.container(&p, "sidecar", 0);
+    let server = net.server();
+    let steady = n.spawn_in(&app, net.ns.path(), &["connect", &server, "2", "1"]);
+    n.spawn_in(&side, net.ns.path(), &["connect", &server, "1", "2"]);
+    let mut agent = Agent::new(
+        n.config(&format!(
+            "samplers:\n  sockets:\n    full_walk_every: {EVERY}\n"
+        )),
+        Arc::new(SystemClock),
+    )
+    .expect("agent");
+    let counts = |s: &Snapshot| {
+        (
+            tcp_udp(find(s, "shop", "cart-0", "app")),
+            tcp_udp(find(s, "shop", "cart-0", "sidecar")),
+        )
+    };
+    // A full rotation: every tick after the first reuses what no fd count changed.
+    for t in 0..=EVERY {
+        assert_eq!(counts(&agent.tick()), ((2, 1), (1, 2)), "tick {t}");
+    }
+
+    // Both containers change between two ticks: new processes, one with sockets of each kind.
+    n.spawn_in(&app, net.ns.path(), &["connect", &server, "1", "1"]);
+    n.spawn_in(&side, net.ns.path(), &["connect", &server, "2", "0"]);
+    let snap = agent.tick();
+    assert_eq!(counts(&snap), ((3, 2), (3, 2)));
+    assert_eq!(errors(&snap, "sockets"), 0, "{:?}", snap.samplers);
+
+    // The steady process swaps its UDP socket for /dev/null in the same fd slot.
+    let sockets_of = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| {
+                        std::fs::read_link(e.path())
+                            .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let fds_before = std::fs::read_dir(format!("/proc/{steady}/fd")).map(|d| d.count());
+    n.send(steady, "swap");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sockets_of(steady) != 2 {
+        assert!(Instant::now() < deadline, "the swap never happened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let fds_after = std::fs::read_dir(format!("/proc/{steady}/fd")).map(|d| d.count());
+    assert_eq!(
+        fds_before.ok(),
+        fds_after.ok(),
+        "the swap keeps the fd count"
+    );
+    let mut seen_at = None;
+    for t in 1..=EVERY {
+        let snap = agent.tick();
+        let (a, s) = counts(&snap);
+        assert_eq!(s, (3, 2), "tick {t}: the sidecar did not change");
+        match (seen_at, a) {
+            (None, (3, 2)) => {}
+            (None, (3, 1)) => seen_at = Some(t),
+            (Some(_), (3, 1)) => {}
+            other => panic!("tick {t}: app {a:?} ({other:?})"),
+        }
+    }
+    assert!(
+        seen_at.is_some(),
+        "the swap did not show within {EVERY} ticks"
+    );
+}

@@ -349,9 +349,18 @@ fn main() -> ExitCode {
             eprintln!("sigwait: {e}");
         }
     } else {
-        // Hold until the test closes our stdin.
-        let mut sink = [0u8; 64];
-        while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
+        // Hold until the test closes our stdin. A `swap` line replaces a held UDP socket by
+        // /dev/null under the same fd number (the fd count is kept: what an fd-count check
+        // misses).
+        let mut line = String::new();
+        while matches!(std::io::stdin().read_line(&mut line), Ok(n) if n > 0) {
+            if line.trim() == "swap" {
+                if let Some(s) = held.udp.pop() {
+                    swap_for_null(s);
+                }
+            }
+            line.clear();
+        }
     }
     for c in children {
         let _ = nix::sys::wait::waitpid(c, None);
@@ -435,6 +444,21 @@ fn enter_netns(path: &str) -> Result<(), String> {
 struct Held {
     tcp: Vec<TcpStream>,
     udp: Vec<UdpSocket>,
+}
+
+fn swap_for_null(s: UdpSocket) {
+    use std::os::fd::{AsRawFd, IntoRawFd};
+    let fd = s.into_raw_fd();
+    match std::fs::File::open("/dev/null") {
+        // dup2 closes the socket and puts /dev/null in its slot in one step.
+        Ok(null) => {
+            if let Err(e) = nix::unistd::dup2(null.as_raw_fd(), fd) {
+                eprintln!("swap: dup2: {e}");
+            }
+        }
+        Err(e) => eprintln!("swap: /dev/null: {e}"),
+    }
+    // The slot stays open (now /dev/null) until the process exits.
 }
 
 /// Binds a TCP listener and a UDP socket on `addr`. One thread accepts and keeps every connection

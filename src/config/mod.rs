@@ -107,6 +107,9 @@ impl Default for LogsSampler {
     }
 }
 
+/// Largest `samplers.sockets.full_walk_every`: a day of 5 s ticks.
+pub const MAX_FULL_WALK_EVERY: u64 = 17_280;
+
 /// Largest `samplers.logs.max_open_files`; the agent lowers it further to half its fd limit.
 pub const MAX_LOG_OPEN_FILES: usize = 1 << 20;
 
@@ -117,6 +120,9 @@ pub struct SocketsSampler {
     /// TCP sockets by state: needs each pod netns's TCP table, and reading one walks the whole
     /// TCP hash table the namespaces share. Off by default for that cost.
     pub tcp_states: bool,
+    /// Each pod's fd tables are walked in full at least once every this many ticks; between,
+    /// only pids whose fd count changed are. The staleness bound of a count-preserving swap.
+    pub full_walk_every: u32,
 }
 
 impl Default for SocketsSampler {
@@ -124,6 +130,7 @@ impl Default for SocketsSampler {
         SocketsSampler {
             enabled: true,
             tcp_states: false,
+            full_walk_every: crate::sample::net::fdcache::DEFAULT_FULL_WALK_EVERY,
         }
     }
 }
@@ -392,6 +399,12 @@ impl Config {
                 format!("{} must be an absolute path", ct.host_netns.display()),
             );
         }
+        b.int(
+            "samplers.sockets.full_walk_every",
+            u64::from(samplers.sockets.full_walk_every),
+            1,
+            MAX_FULL_WALK_EVERY,
+        );
         b.int(
             "samplers.logs.max_bytes_per_tick",
             samplers.logs.max_bytes_per_tick,

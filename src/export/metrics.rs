@@ -659,6 +659,34 @@ impl Collector for SnapshotCollector {
         )?;
         family(
             &mut enc,
+            "socket_cache_entries",
+            "Socket inodes the socket sampler's per-process cache holds.",
+            Gauge,
+            inp.socket_cache_entries.map(|n| (node.clone(), n)),
+        )?;
+        family(
+            &mut enc,
+            "socket_cache_overflows",
+            "Processes or sockets left uncached (walked again next tick) because the cache was full.",
+            Counter,
+            inp.socket_cache_entries
+                .map(|_| (node.clone(), inp.socket_cache_overflows_total)),
+        )?;
+        family(
+            &mut enc,
+            "socket_pids",
+            "Processes whose fd table the socket sampler's last pass walked, or reused unchanged.",
+            Gauge,
+            [
+                ("walked", inp.socket_pids_walked),
+                ("reused", inp.socket_pids_reused),
+            ]
+            .into_iter()
+            .filter(|_| inp.socket_cache_entries.is_some())
+            .map(|(r, n)| (with(node.clone(), "pass", r), n)),
+        )?;
+        family(
+            &mut enc,
             "discovery_non_utf8_names",
             "Names that are not UTF-8 in the last scan (kept under an escaped name).",
             Gauge,
@@ -699,6 +727,18 @@ impl Collector for SnapshotCollector {
                 (
                     with(node.clone(), "sampler", x.name),
                     x.last_duration_seconds,
+                )
+            }),
+        )?;
+        family(
+            &mut enc,
+            "sampler_cpu_seconds",
+            "CPU time (user+system) spent by each sampler, its helper threads included (per-thread clock).",
+            Counter,
+            s.samplers.iter().filter(|x| x.enabled).map(|x| {
+                (
+                    with(node.clone(), "sampler", x.name),
+                    x.cpu_seconds_total,
                 )
             }),
         )?;

@@ -14,7 +14,7 @@ pub mod selfstat;
 use crate::clock::Clock;
 use crate::discover::{read_procs, CgroupLayout, Discovery, Inventory};
 use crate::error::ReadError;
-use health::SamplerHealth;
+use health::{thread_cpu, SamplerHealth};
 use logs::{ContainerLogSample, LogTailer};
 use memory::{MemoryReader, MemorySample};
 use net::sampler::{NetSample, NetSampler};
@@ -135,6 +135,7 @@ impl Samplers {
     pub fn input_stats(&self) -> crate::snapshot::InputStats {
         let d = self.discovery.stats();
         let l = self.logs.as_ref().map(|t| t.stats());
+        let sc = self.net.socket_cache();
         crate::snapshot::InputStats {
             non_utf8_cgroups: d.non_utf8_cgroups,
             non_utf8_log_names: d.non_utf8_log_names,
@@ -143,12 +144,17 @@ impl Samplers {
             log_files_skipped_symlink: l.map_or(0, |l| l.skipped_symlink),
             log_files_skipped_not_regular: l.map_or(0, |l| l.skipped_not_regular),
             log_files_skipped_cap: l.map_or(0, |l| l.skipped_cap),
+            socket_cache_entries: sc.map(|c| c.entries),
+            socket_cache_overflows_total: sc.map_or(0, |c| c.overflows_total),
+            socket_pids_walked: sc.map_or(0, |c| c.walked),
+            socket_pids_reused: sc.map_or(0, |c| c.reused),
         }
     }
 
     pub fn sample(&mut self) -> TickSample {
         let clock = self.clock.clone();
         let t = clock.now();
+        let cpu = thread_cpu();
         let inventory = match self.discovery.scan() {
             Ok(inv) => {
                 self.health[DISCOVERY].finish(t, clock.now(), &[], true);
@@ -160,11 +166,14 @@ impl Samplers {
                 self.last_inventory.clone()
             }
         };
+        self.health[DISCOVERY].charge(thread_cpu().saturating_sub(cpu));
         let mut tick = TickSample {
             inventory,
             ..TickSample::default()
         };
+        let cpu = thread_cpu();
         self.sample_memory(&mut tick);
+        let cpu = self.charge(MEMORY, cpu);
         // After the scan: a record read now names a cgroup the scan saw, or one gone before it.
         if let Some(k) = &mut self.kmsg {
             let t = clock.now();
@@ -173,15 +182,27 @@ impl Samplers {
             // Unavailable is the feature's state, not a stale sampler.
             self.health[KMSG].finish(t, clock.now(), &errors, true);
         }
+        let cpu = self.charge(KMSG, cpu);
         self.sample_procs(&mut tick);
+        self.charge(PROCESSES, cpu);
+        // The net pass splits its own CPU (helper threads included) between its samplers.
         self.sample_net(&mut tick);
         if let Some(tailer) = &mut self.logs {
             let t = clock.now();
+            let cpu = thread_cpu();
             let (samples, errors) = tailer.sample();
             self.health[LOGS].finish(t, clock.now(), &errors, true);
+            self.charge(LOGS, cpu);
             tick.logs = Some(samples);
         }
         tick
+    }
+
+    /// Charges the thread's CPU since `since` to a sampler; returns the new reading.
+    fn charge(&mut self, sampler: usize, since: std::time::Duration) -> std::time::Duration {
+        let now = thread_cpu();
+        self.health[sampler].charge(now.saturating_sub(since));
+        now
     }
 
     fn sample_memory(&mut self, tick: &mut TickSample) {
@@ -292,6 +313,9 @@ impl Samplers {
             self.health[CONNTRACK].finish(t, end, &ct_errors, true);
         }
         // Only ticks that read a namespace make a ports pass; an idle tick is a fresh one too.
+        self.health[SOCKETS].charge(net.cpu.sockets);
+        self.health[CONNTRACK].charge(net.cpu.conntrack);
+        self.health[PORTS].charge(net.cpu.ports);
         if self.net.ports_enabled() {
             let (took, errors) = net.ports_pass.take().unwrap_or_default();
             self.health[PORTS].finish(end.checked_sub(took).unwrap_or(end), end, &errors, true);

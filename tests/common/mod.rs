@@ -600,6 +600,19 @@ impl TestNode {
         }
     }
 
+    /// Writes one line to the process's stdin (`swap`: see `nodeguard-testload`).
+    pub fn send(&mut self, pid: u32, line: &str) {
+        use std::io::Write;
+        let p = self
+            .procs
+            .iter_mut()
+            .find(|p| p.pid == pid)
+            .unwrap_or_else(|| panic!("no process {pid} of ours"));
+        let stdin = p.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").expect("write to stdin");
+        stdin.flush().expect("flush stdin");
+    }
+
     /// Closes the process's stdin: it reaps its children and exits.
     pub fn stop(&mut self, pid: u32) {
         if let Some(pos) = self.procs.iter().position(|p| p.pid == pid) {

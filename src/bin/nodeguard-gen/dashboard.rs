@@ -242,6 +242,14 @@ fn rows() -> Vec<Row> {
                     .q("rate(nodeguard_ticks_total{@N}[$__rate_interval])", "ticks/s {{node}}"),
                 panel("Sampler duration", Timeseries, "s", 6)
                     .q("nodeguard_sampler_duration_seconds{@N}", "{{node}} {{sampler}}"),
+                panel("Sampler CPU", Timeseries, "percentunit", 6)
+                    .desc("Fraction of one core each sampler uses, helper threads included; the gap to the agent's CPU is signals, rules and export.")
+                    .q("rate(nodeguard_sampler_cpu_seconds_total{@N}[$__rate_interval])", "{{node}} {{sampler}}"),
+                panel("Socket cache", Timeseries, "short", 6)
+                    .desc("Processes re-walked vs reused by the last socket pass, cached socket inodes, and refusals at the bound (then walked every tick).")
+                    .q("nodeguard_socket_pids{@N}", "{{node}} {{pass}}")
+                    .q("nodeguard_socket_cache_entries{@N}", "entries {{node}}")
+                    .q("rate(nodeguard_socket_cache_overflows_total{@N}[$__rate_interval])", "overflows/s {{node}}"),
                 panel("Samplers", Table, "short", 8)
                     .desc("Fresh (1) within 3 intervals, failed reads in range, containers showing last-good values.")
                     .q("nodeguard_sampler_fresh{@N}", "{{node}} {{sampler}}")

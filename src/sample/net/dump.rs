@@ -44,7 +44,8 @@ pub fn attribute(t: &super::ctnetlink::CtTuple, addrs: &HashMap<IpAddr, usize>) 
 }
 
 /// The last outcome and its sequence number, so each outcome is consumed once.
-type Last = Arc<Mutex<Option<(u64, DumpOutcome)>>>;
+/// The CPU time the dump took on the worker thread rides along, charged when picked up.
+type Last = Arc<Mutex<Option<(u64, DumpOutcome, Duration)>>>;
 
 pub struct DumpWorker {
     tx: SyncSender<PodAddresses>,
@@ -83,7 +84,7 @@ impl DumpWorker {
         self.busy.load(Ordering::Acquire)
     }
 
-    pub fn last(&self) -> Option<(u64, DumpOutcome)> {
+    pub fn last(&self) -> Option<(u64, DumpOutcome, Duration)> {
         self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
@@ -98,9 +99,11 @@ fn run(
     let mut socket: Option<ConntrackDump> = None;
     let mut seq = 0;
     while let Ok(pods) = rx.recv() {
+        let cpu = crate::sample::health::thread_cpu();
         let outcome = dump_once(&mut socket, netns.as_deref(), clock.as_ref(), &pods);
+        let cpu = crate::sample::health::thread_cpu().saturating_sub(cpu);
         seq += 1;
-        *last.lock().unwrap_or_else(|p| p.into_inner()) = Some((seq, outcome));
+        *last.lock().unwrap_or_else(|p| p.into_inner()) = Some((seq, outcome, cpu));
         busy.store(false, Ordering::Release);
     }
 }

@@ -6,6 +6,7 @@ pub mod addrs;
 pub mod conntrack;
 pub mod ctnetlink;
 pub mod dump;
+pub mod fdcache;
 pub mod inet;
 pub mod ports;
 pub mod sampler;

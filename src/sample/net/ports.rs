@@ -181,16 +181,25 @@ pub enum PortsOutcome {
 }
 
 /// Reads each job on one helper thread (setns changes only that thread, which then ends).
-pub fn read_namespaces(proc_root: &Path, jobs: &[PortsJob]) -> Vec<PortsOutcome> {
-    std::thread::scope(|sc| {
+/// Also returns the helper's CPU time.
+pub fn read_namespaces(
+    proc_root: &Path,
+    jobs: &[PortsJob],
+) -> (Vec<PortsOutcome>, std::time::Duration) {
+    let cpu = std::sync::atomic::AtomicU64::new(0);
+    let outcomes = std::thread::scope(|sc| {
         let spawned = std::thread::Builder::new()
             .name("ports-setns".into())
             .spawn_scoped(sc, || {
                 let mut sockets = Vec::new();
                 let mut scratch = Vec::new();
-                jobs.iter()
+                let out = jobs
+                    .iter()
                     .map(|j| read_one(proc_root, j, &mut sockets, &mut scratch))
-                    .collect::<Vec<_>>()
+                    .collect::<Vec<_>>();
+                let used = crate::sample::health::thread_cpu().as_nanos() as u64;
+                cpu.store(used, std::sync::atomic::Ordering::Relaxed);
+                out
             });
         match spawned {
             Ok(h) => h.join().unwrap_or_else(|_| {
@@ -199,7 +208,9 @@ pub fn read_namespaces(proc_root: &Path, jobs: &[PortsJob]) -> Vec<PortsOutcome>
             }),
             Err(e) => vec![PortsOutcome::Failed(ReadError::io(proc_root, e))],
         }
-    })
+    });
+    let used = cpu.load(std::sync::atomic::Ordering::Relaxed);
+    (outcomes, std::time::Duration::from_nanos(used))
 }
 
 fn read_one(

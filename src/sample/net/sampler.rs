@@ -6,13 +6,15 @@ use super::addrs::{parse_fib_trie_locals, parse_if_inet6};
 use super::conntrack::{netns_entries, NodeConntrack};
 use super::ctnetlink::CtError;
 use super::dump::{DumpOutcome, DumpResult, DumpWorker};
+use super::fdcache::{Attribution, CacheStats, SocketCache};
 use super::ports::{read_namespaces, PortRange, PortUsage, PortsJob, PortsOutcome};
-use super::sockets::{classify_netns, netns_of, FdWalker, Proto};
+use super::sockets::{classify_netns, netns_of, FdWalker};
 use super::sockstat::{parse_sockstat, parse_sockstat6};
 use crate::clock::Clock;
 use crate::discover::{Inventory, WorkloadKind};
 use crate::error::{ErrorKind, ReadError};
 use crate::fsio::{parse_optional, read_optional};
+use crate::sample::health::thread_cpu;
 use crate::snapshot::{Feature, NetnsSockets, SocketCounts};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -50,6 +52,16 @@ pub struct NetSample {
     pub features: Vec<Feature>,
     /// The ephemeral-port pass: its duration and failed reads (`None` when off or idle).
     pub ports_pass: Option<(Duration, Vec<ReadError>)>,
+    pub cpu: NetCpu,
+}
+
+/// CPU time of one net pass by sampler: the tick's thread, the ports helper, and a conntrack dump
+/// finished since the last tick (charged when picked up).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NetCpu {
+    pub sockets: Duration,
+    pub conntrack: Duration,
+    pub ports: Duration,
 }
 
 /// Per-namespace port ranges are read again after this long (pods set them at creation).
@@ -76,6 +88,7 @@ struct ConntrackState {
 pub struct NetSampler {
     proc_root: PathBuf,
     walker: FdWalker,
+    cache: SocketCache,
     sockets: bool,
     tcp_states: bool,
     conntrack: Option<ConntrackState>,
@@ -110,6 +123,7 @@ impl NetSampler {
         });
         NetSampler {
             walker: FdWalker::new(proc_root.clone()),
+            cache: SocketCache::new(proc_root.clone(), super::fdcache::DEFAULT_FULL_WALK_EVERY),
             proc_root,
             sockets,
             tcp_states,
@@ -133,6 +147,17 @@ impl NetSampler {
         self
     }
 
+    /// Every pod's sockets are walked in full at least once every `n` ticks (the staleness bound
+    /// of the per-pid socket cache).
+    pub fn with_full_walk_every(mut self, n: u32) -> Self {
+        self.cache = SocketCache::new(self.proc_root.clone(), n);
+        self
+    }
+
+    pub fn socket_cache(&self) -> Option<CacheStats> {
+        self.sockets.then(|| self.cache.stats())
+    }
+
     pub fn ports_enabled(&self) -> bool {
         self.ports.is_some() && self.conntrack.is_some()
     }
@@ -153,6 +178,7 @@ impl NetSampler {
         sock_errors: &mut Vec<ReadError>,
         ct_errors: &mut Vec<ReadError>,
     ) -> NetSample {
+        let cpu0 = thread_cpu();
         let mut out = NetSample::default();
         // netns inode -> a pid in it; workload -> its netns.
         let mut netns_pid: HashMap<u64, u32> = HashMap::new();
@@ -174,12 +200,21 @@ impl NetSampler {
             }
         }
 
+        // The netns lookup serves both; charged to conntrack (the per-pod reads), or to sockets
+        // when conntrack is off.
+        let cpu1 = thread_cpu();
+        let lookup = cpu1.saturating_sub(cpu0);
         if self.sockets {
-            out.sockets = Some(self.sample_sockets(pids, &netns_pid, sock_errors));
+            out.sockets = Some(self.sample_sockets(inv, pids, &netns_pid, sock_errors));
         }
+        let cpu2 = thread_cpu();
+        out.cpu.sockets = cpu2.saturating_sub(cpu1);
         if self.conntrack.is_some() {
             self.sample_pods(inv, &workload_netns, &netns_pid, &mut out, ct_errors);
             self.sample_conntrack(&mut out, ct_errors);
+            out.cpu.conntrack += lookup + thread_cpu().saturating_sub(cpu2);
+        } else {
+            out.cpu.sockets += lookup;
         }
         let mut features: Vec<Feature> = self.features.values().cloned().collect();
         features.sort_by_key(|f| f.name);
@@ -189,45 +224,25 @@ impl NetSampler {
 
     fn sample_sockets(
         &mut self,
+        inv: &Inventory,
         pids: &[Vec<u32>],
         netns_pid: &HashMap<u64, u32>,
         errors: &mut Vec<ReadError>,
     ) -> HashMap<usize, SocketCounts> {
-        let mut owner: HashMap<u64, usize> = HashMap::new();
-        let mut counts: HashMap<usize, SocketCounts> = (0..pids.len())
-            .map(|i| (i, SocketCounts::default()))
+        // A pod's containers share a netns and are re-walked together.
+        let groups: Vec<&str> = inv
+            .workloads
+            .iter()
+            .map(|w| match &w.kind {
+                WorkloadKind::Container { pod_uid, .. } => pod_uid.as_str(),
+                WorkloadKind::Unit => w.cgroup.as_str(),
+            })
             .collect();
-        let mut held = Vec::new();
-        let mut denied = None;
-        for (i, ps) in pids.iter().enumerate() {
-            for &pid in ps {
-                held.clear();
-                match self.walker.sockets(pid, &mut held) {
-                    Ok(_) => {
-                        for &(inode, proto) in &held {
-                            // A socket shared across workloads (passed over a unix socket, or
-                            // inherited) counts once, for the first.
-                            if owner.contains_key(&inode) {
-                                continue;
-                            }
-                            owner.insert(inode, i);
-                            let c = counts.entry(i).or_default();
-                            match proto {
-                                Proto::Tcp => c.tcp += 1,
-                                Proto::Udp => c.udp += 1,
-                                Proto::Other => {}
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        if e.kind() == ErrorKind::Permission {
-                            denied = Some(e.to_string());
-                        }
-                        errors.push(e);
-                    }
-                }
-            }
-        }
+        let Attribution {
+            mut counts,
+            owner,
+            denied,
+        } = self.cache.sample(&groups, pids, errors);
         self.set_feature("sockets", denied);
         // TCP states need the per-netns tables: opt-in, for their kernel cost.
         if self.tcp_states && !owner.is_empty() {
@@ -325,9 +340,10 @@ impl NetSampler {
         }
         // Pick up a finished dump once.
         let mut denied_change = None;
-        if let Some((seq, outcome)) = ct.worker.as_ref().and_then(|w| w.last()) {
+        if let Some((seq, outcome, cpu)) = ct.worker.as_ref().and_then(|w| w.last()) {
             if seq != ct.seen_seq {
                 ct.seen_seq = seq;
+                out.cpu.conntrack += cpu;
                 match outcome {
                     DumpOutcome::Done(r) => {
                         ct.dump = Some(r);
@@ -441,7 +457,8 @@ impl NetSampler {
         let started = self.clock.now();
         if !jobs.is_empty() {
             let list: Vec<PortsJob> = jobs.iter().map(|(_, j)| j.clone()).collect();
-            let outcomes = read_namespaces(&self.proc_root, &list);
+            let (outcomes, cpu) = read_namespaces(&self.proc_root, &list);
+            out.cpu.ports += cpu;
             for ((uid, job), outcome) in jobs.iter().zip(outcomes) {
                 match outcome {
                     PortsOutcome::Read { range, usage } => {

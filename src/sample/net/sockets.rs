@@ -40,34 +40,9 @@ impl FdWalker {
         FdWalker { proc_root }
     }
 
-    /// Appends the (inode, protocol) of every socket `pid` holds. The protocol comes from the
-    /// socket's `system.sockprotoname` xattr: one syscall per socket, where the per-netns
-    /// `/proc/<pid>/net/tcp` tables cost a walk of the whole (shared) TCP hash per namespace.
-    /// A pid that exits mid-walk is churn: `Ok(false)`.
-    pub fn sockets(&self, pid: u32, out: &mut Vec<(u64, Proto)>) -> Result<bool, ReadError> {
-        let mut inodes = Vec::new();
-        let mut names = Vec::new();
-        if !self.walk(pid, &mut inodes, Some(&mut names))? {
-            return Ok(false);
-        }
-        let dir = self.proc_root.join(pid.to_string()).join("fd");
-        for (inode, name) in inodes.into_iter().zip(names) {
-            out.push((inode, socket_proto(&dir.join(name))));
-        }
-        Ok(true)
-    }
-
     /// Appends the socket inodes held by `pid`. A pid that exits mid-walk is churn: `Ok(false)`.
+    /// (The per-tick pass is `fdcache::SocketCache`, which also learns each socket's protocol.)
     pub fn socket_inodes(&self, pid: u32, out: &mut Vec<u64>) -> Result<bool, ReadError> {
-        self.walk(pid, out, None)
-    }
-
-    fn walk(
-        &self,
-        pid: u32,
-        out: &mut Vec<u64>,
-        mut names: Option<&mut Vec<std::ffi::OsString>>,
-    ) -> Result<bool, ReadError> {
         let dir = self.proc_root.join(pid.to_string()).join("fd");
         let rd = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
@@ -93,9 +68,6 @@ impl FdWalker {
             if let Ok(st) = fstatat(Some(handle.as_raw_fd()), name.as_os_str(), AtFlags::empty()) {
                 if st.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFSOCK.bits() {
                     out.push(st.st_ino);
-                    if let Some(n) = names.as_deref_mut() {
-                        n.push(name);
-                    }
                 }
             }
         }
@@ -123,28 +95,6 @@ pub fn parse_proto_name(name: &[u8]) -> Proto {
         b"UDP" | b"UDPv6" => Proto::Udp,
         _ => Proto::Other,
     }
-}
-
-fn socket_proto(fd_link: &Path) -> Proto {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(path) = std::ffi::CString::new(fd_link.as_os_str().as_bytes()) else {
-        return Proto::Other;
-    };
-    let mut buf = [0u8; 32];
-    // SAFETY: both strings are NUL-terminated, the buffer is valid for its length.
-    let n = unsafe {
-        nix::libc::getxattr(
-            path.as_ptr(),
-            c"system.sockprotoname".as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    // A socket closed in between (or a kernel without the xattr) is not counted.
-    if n <= 0 {
-        return Proto::Other;
-    }
-    parse_proto_name(&buf[..n as usize])
 }
 
 /// Inode of a namespace file (`/proc/<pid>/ns/net` link or a bind mount like `/run/netns/x`).
@@ -254,21 +204,6 @@ mod tests {
         assert_eq!(parse_proto_name(b"UNIX-STREAM\0"), Proto::Other);
         assert_eq!(parse_proto_name(b"UDPLITE\0"), Proto::Other);
         assert_eq!(parse_proto_name(b""), Proto::Other);
-    }
-
-    #[test]
-    fn own_sockets_by_xattr() {
-        use std::os::fd::AsRawFd;
-        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let fd = |n: i32| PathBuf::from(format!("/proc/self/fd/{n}"));
-        assert_eq!(socket_proto(&fd(tcp.as_raw_fd())), Proto::Tcp);
-        assert_eq!(socket_proto(&fd(udp.as_raw_fd())), Proto::Udp);
-        let w = FdWalker::new("/proc".into());
-        let mut out = Vec::new();
-        assert!(w.sockets(std::process::id(), &mut out).unwrap());
-        assert!(out.iter().any(|(_, p)| *p == Proto::Tcp));
-        assert!(out.iter().any(|(_, p)| *p == Proto::Udp));
     }
 
     #[test]

@@ -1,0 +1,455 @@
+//! Incremental socket ownership. A full pass (readdir of every `/proc/<pid>/fd`, `fstatat` and a
+//! `getxattr` per socket) is what the socket sampler cost; most of it re-reads what did not change.
+//! Each tick this reads one `stat` of each pid's fd directory instead: on Linux 6.2+ `st_size` is
+//! the number of open fds and `st_ino` is new for a new process on a reused pid (procfs makes a new
+//! inode per task), so only pids whose (inode, count) changed are walked again, and `getxattr` is
+//! called only for socket inodes not seen before. What both miss (an fd replaced by another, count
+//! kept: `dup2`, close + open) is caught by re-walking every pid of 1/N of the pods each tick,
+//! so no cached count is older than N ticks. Older kernels (st_size 0) walk everything every tick.
+
+use super::sockets::{parse_proto_name, Proto};
+use crate::error::ReadError;
+use crate::snapshot::SocketCounts;
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{fstatat, stat, Mode, SFlag};
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Default of `samplers.sockets.full_walk_every`: every pod re-walked at least once a minute at
+/// the 5 s interval, for ~1/12 of a full pass per tick.
+pub const DEFAULT_FULL_WALK_EVERY: u32 = 12;
+
+/// Socket inodes remembered (per-pid lists and the inode -> protocol map each hold at most this
+/// many, ~40 bytes each): 131,072 is 5x the 110-pod bench node. Beyond it pids are walked every
+/// tick, as before the cache, and `overflows_total` counts it.
+pub const MAX_CACHED_SOCKETS: usize = 131_072;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Pids walked / reused in the last pass.
+    pub walked: u64,
+    pub reused: u64,
+    /// Socket inodes held by the cache after the last pass.
+    pub entries: u64,
+    /// Times a pid's sockets or a protocol were not cached because the bound was reached.
+    pub overflows_total: u64,
+    /// False when `st_size` of `/proc/<pid>/fd` is not the fd count (before Linux 6.2).
+    pub incremental: bool,
+}
+
+struct PidEntry {
+    dir_ino: u64,
+    fds: i64,
+    seen: u64,
+    sockets: Vec<u64>,
+}
+
+/// The per-tick result: counts by workload index, and socket inode -> the workload it counts for.
+pub struct Attribution {
+    pub counts: HashMap<usize, SocketCounts>,
+    pub owner: HashMap<u64, usize>,
+    pub denied: Option<String>,
+}
+
+pub struct SocketCache {
+    proc_root: PathBuf,
+    every: u32,
+    max: usize,
+    tick: u64,
+    pids: HashMap<u32, PidEntry>,
+    protos: HashMap<u64, Proto>,
+    /// Rotation slot of each group (a pod uid, or a host workload's cgroup), dealt round-robin
+    /// on first sight so the slots stay balanced.
+    slots: HashMap<String, u32>,
+    next_slot: u32,
+    cached: usize,
+    stats: CacheStats,
+    /// Protocols of this tick's sockets beyond the bound (as many as the pass itself holds).
+    spill: HashMap<u64, Proto>,
+    path: Vec<u8>,
+}
+
+impl SocketCache {
+    pub fn new(proc_root: PathBuf, every: u32) -> Self {
+        let incremental = fd_count_in_size(&proc_root);
+        SocketCache {
+            proc_root,
+            every: every.max(1),
+            max: MAX_CACHED_SOCKETS,
+            tick: 0,
+            pids: HashMap::new(),
+            protos: HashMap::new(),
+            slots: HashMap::new(),
+            next_slot: 0,
+            cached: 0,
+            stats: CacheStats {
+                incremental,
+                ..CacheStats::default()
+            },
+            spill: HashMap::new(),
+            path: Vec::with_capacity(64),
+        }
+    }
+
+    /// Tests: a smaller bound.
+    pub fn with_max(mut self, max: usize) -> Self {
+        self.max = max;
+        self
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    /// `pids[i]` are the pids of workload `i`, `groups[i]` its rotation group. A socket shared
+    /// across workloads (inherited, or passed over a unix socket) counts once, for the first.
+    pub fn sample(
+        &mut self,
+        groups: &[&str],
+        pids: &[Vec<u32>],
+        errors: &mut Vec<ReadError>,
+    ) -> Attribution {
+        self.tick += 1;
+        let tick = self.tick;
+        let phase = (tick % u64::from(self.every)) as u32;
+        let mut out = Attribution {
+            counts: (0..pids.len())
+                .map(|i| (i, SocketCounts::default()))
+                .collect(),
+            owner: HashMap::new(),
+            denied: None,
+        };
+        self.spill.clear();
+        let (mut walked, mut reused) = (0u64, 0u64);
+        let mut held = Vec::new();
+        for (i, ps) in pids.iter().enumerate() {
+            let group = groups.get(i).copied().unwrap_or("");
+            let due = !self.stats.incremental || self.slot(group) == phase;
+            for &pid in ps {
+                let dir = fd_dir(&self.proc_root, pid);
+                let st = if self.stats.incremental {
+                    match stat(&dir) {
+                        Ok(st) => Some(st),
+                        Err(Errno::ENOENT | Errno::ESRCH) => continue,
+                        Err(e) => {
+                            push_error(&dir, e, errors, &mut out.denied);
+                            continue;
+                        }
+                    }
+                } else {
+                    None
+                };
+                if let (Some(st), false) = (st, due) {
+                    if let Some(e) = self.pids.get_mut(&pid) {
+                        if e.dir_ino == st.st_ino && e.fds == st.st_size {
+                            e.seen = tick;
+                            reused += 1;
+                            attribute(i, &e.sockets, &self.protos, &self.spill, &mut out);
+                            continue;
+                        }
+                    }
+                }
+                held.clear();
+                match self.walk(&dir, &mut held) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        if e.kind() == crate::error::ErrorKind::Permission {
+                            out.denied = Some(e.to_string());
+                        }
+                        errors.push(e);
+                        continue;
+                    }
+                }
+                walked += 1;
+                attribute(i, &held, &self.protos, &self.spill, &mut out);
+                if let Some(st) = st {
+                    self.store(pid, st.st_ino, st.st_size, &held);
+                }
+            }
+        }
+        // Exited pids, closed sockets and gone pods leave the cache with the tick they vanish.
+        let mut cached = 0;
+        self.pids.retain(|_, e| {
+            let keep = e.seen == tick;
+            if keep {
+                cached += e.sockets.len();
+            }
+            keep
+        });
+        self.cached = cached;
+        self.protos.retain(|ino, _| out.owner.contains_key(ino));
+        self.spill = HashMap::new();
+        let live: std::collections::HashSet<&str> = groups.iter().copied().collect();
+        self.slots.retain(|g, _| live.contains(g.as_str()));
+        self.stats.walked = walked;
+        self.stats.reused = reused;
+        self.stats.entries = self.protos.len() as u64;
+        out
+    }
+
+    fn slot(&mut self, group: &str) -> u32 {
+        if let Some(&s) = self.slots.get(group) {
+            return s;
+        }
+        let s = self.next_slot % self.every;
+        self.next_slot = self.next_slot.wrapping_add(1);
+        self.slots.insert(group.to_owned(), s);
+        s
+    }
+
+    fn store(&mut self, pid: u32, dir_ino: u64, fds: i64, sockets: &[u64]) {
+        let old = self.pids.get(&pid).map_or(0, |e| e.sockets.len());
+        if self.cached - old + sockets.len() > self.max {
+            // Not cached: walked again next tick, as without the cache.
+            if self.pids.remove(&pid).is_some() {
+                self.cached -= old;
+            }
+            self.stats.overflows_total += 1;
+            return;
+        }
+        self.cached = self.cached - old + sockets.len();
+        let e = self.pids.entry(pid).or_insert_with(|| PidEntry {
+            dir_ino,
+            fds,
+            seen: 0,
+            sockets: Vec::new(),
+        });
+        e.dir_ino = dir_ino;
+        e.fds = fds;
+        e.seen = self.tick;
+        e.sockets.clear();
+        e.sockets.extend_from_slice(sockets);
+    }
+
+    /// Appends the socket inodes in `dir` (a `/proc/<pid>/fd`), learning the protocol of new
+    /// ones. `Ok(false)`: the pid exited.
+    fn walk(&mut self, dir: &Path, out: &mut Vec<u64>) -> Result<bool, ReadError> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut d = match Dir::open(dir, flags, Mode::empty()) {
+            Ok(d) => d,
+            Err(Errno::ENOENT | Errno::ESRCH) => return Ok(false),
+            Err(e) => return Err(ReadError::io(dir, e.into())),
+        };
+        let dfd = d.as_raw_fd();
+        for entry in d.iter() {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(Errno::ENOENT | Errno::ESRCH) => return Ok(false),
+                Err(e) => return Err(ReadError::io(dir, e.into())),
+            };
+            let name = entry.file_name();
+            if name.to_bytes().first() == Some(&b'.') {
+                continue;
+            }
+            // Followed relative to the open directory; an fd closed since readdir is churn.
+            let Ok(st) = fstatat(Some(dfd), name, AtFlags::empty()) else {
+                continue;
+            };
+            if st.st_mode & SFlag::S_IFMT.bits() != SFlag::S_IFSOCK.bits() {
+                continue;
+            }
+            let ino = st.st_ino;
+            if !self.protos.contains_key(&ino) && !self.spill.contains_key(&ino) {
+                let Some(proto) = socket_proto(&mut self.path, dir, name) else {
+                    // Closed in between: not held any more.
+                    continue;
+                };
+                if self.protos.len() < self.max {
+                    self.protos.insert(ino, proto);
+                } else {
+                    // Uncached: known for this tick only, asked again next tick.
+                    self.stats.overflows_total += 1;
+                    self.spill.insert(ino, proto);
+                }
+            }
+            out.push(ino);
+        }
+        Ok(true)
+    }
+}
+
+fn attribute(
+    i: usize,
+    sockets: &[u64],
+    protos: &HashMap<u64, Proto>,
+    spill: &HashMap<u64, Proto>,
+    out: &mut Attribution,
+) {
+    for &ino in sockets {
+        if out.owner.contains_key(&ino) {
+            continue;
+        }
+        out.owner.insert(ino, i);
+        let c = out.counts.entry(i).or_default();
+        match protos.get(&ino).or_else(|| spill.get(&ino)) {
+            Some(Proto::Tcp) => c.tcp += 1,
+            Some(Proto::Udp) => c.udp += 1,
+            _ => {}
+        }
+    }
+}
+
+fn push_error(dir: &Path, e: Errno, errors: &mut Vec<ReadError>, denied: &mut Option<String>) {
+    let err = ReadError::io(dir, e.into());
+    if err.kind() == crate::error::ErrorKind::Permission {
+        *denied = Some(err.to_string());
+    }
+    errors.push(err);
+}
+
+fn fd_dir(proc_root: &Path, pid: u32) -> PathBuf {
+    let mut p = proc_root.to_path_buf();
+    p.push(pid.to_string());
+    p.push("fd");
+    p
+}
+
+/// True when `st_size` of a procfs fd directory is its fd count (Linux 6.2+): checked on the
+/// agent's own, which holds at least stdin..stderr. A fixture tree (not procfs) is walked in full.
+fn fd_count_in_size(proc_root: &Path) -> bool {
+    let is_proc = nix::sys::statfs::statfs(proc_root)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC);
+    is_proc && stat(&proc_root.join("self/fd")).is_ok_and(|st| st.st_size > 0)
+}
+
+/// The protocol of the socket behind `dir/name`, from its `system.sockprotoname` xattr; `None`
+/// when it was closed in between.
+fn socket_proto(buf: &mut Vec<u8>, dir: &Path, name: &CStr) -> Option<Proto> {
+    buf.clear();
+    buf.extend_from_slice(dir.as_os_str().as_bytes());
+    buf.push(b'/');
+    buf.extend_from_slice(name.to_bytes());
+    buf.push(0);
+    let path = CStr::from_bytes_with_nul(buf).ok()?;
+    let mut val = [0u8; 32];
+    // SAFETY: both strings are NUL-terminated, the buffer is valid for its length.
+    let n = unsafe {
+        nix::libc::getxattr(
+            path.as_ptr(),
+            c"system.sockprotoname".as_ptr(),
+            val.as_mut_ptr().cast(),
+            val.len(),
+        )
+    };
+    (n > 0).then(|| parse_proto_name(&val[..n as usize]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::OwnedFd;
+    use std::process::{Command, Stdio};
+
+    /// A child holding exactly one UDP socket (stdin) and one TCP listener (stdout): the test
+    /// process's own fds change under the tests running beside this one.
+    /// Our own child, stopped and reaped however the test ends.
+    struct Holder(std::process::Child);
+
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn holder() -> Holder {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let child = Holder(
+            Command::new("sleep")
+                .arg("60")
+                .stdin(Stdio::from(OwnedFd::from(udp)))
+                .stdout(Stdio::from(OwnedFd::from(tcp)))
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        // Settled once it sleeps with the same fds twice (the loader and locale setup open
+        // files; the harness may pass fds of its own down).
+        let stat = format!("/proc/{}/stat", child.0.id());
+        let mut last = None;
+        for _ in 0..500 {
+            let s = std::fs::read_to_string(&stat).unwrap_or_default();
+            let fds =
+                std::fs::read_dir(format!("/proc/{}/fd", child.0.id())).map_or(0, |d| d.count());
+            if s.contains(") S ") && last == Some(fds) {
+                return child;
+            }
+            last = Some(fds);
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("sleep never settled: {stat}");
+    }
+
+    fn pass(cache: &mut SocketCache, pid: u32) -> ((u64, u64), CacheStats) {
+        let mut errors = Vec::new();
+        let a = cache.sample(&["pod"], &[vec![pid]], &mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        let c = &a.counts[&0];
+        ((c.tcp, c.udp), cache.stats())
+    }
+
+    #[test]
+    fn unchanged_pids_are_reused_and_every_group_is_walked_every_n_ticks() {
+        let mut child = holder();
+        let pid = child.0.id();
+        let mut cache = SocketCache::new("/proc".into(), 3);
+        assert!(
+            cache.stats().incremental,
+            "Linux 6.2+ expected on the test machines"
+        );
+        // The one group gets slot 0: walked on ticks 3, 6 (tick % 3 == 0), reused otherwise,
+        // apart from the first pass, which knows nothing yet.
+        let mut walks = Vec::new();
+        for t in 1..=6 {
+            let (c, s) = pass(&mut cache, pid);
+            assert_eq!(c, (1, 1), "tick {t}");
+            assert_eq!(s.walked + s.reused, 1, "tick {t}");
+            if s.walked == 1 {
+                walks.push(t);
+            }
+            assert_eq!(s.entries, 2, "tick {t}");
+        }
+        assert_eq!(walks, vec![1, 3, 6]);
+        child.0.kill().unwrap();
+        child.0.wait().unwrap();
+        // An exited pid leaves nothing behind and counts nothing.
+        let (c, s) = pass(&mut cache, pid);
+        assert_eq!((c, s.walked, s.reused, s.entries), ((0, 0), 0, 0, 0));
+    }
+
+    #[test]
+    fn the_bound_keeps_pids_uncached_but_counted() {
+        let child = holder();
+        let mut cache = SocketCache::new("/proc".into(), 1000).with_max(0);
+        for _ in 0..2 {
+            let (c, s) = pass(&mut cache, child.0.id());
+            assert_eq!((c, s.walked, s.reused, s.entries), ((1, 1), 1, 0, 0));
+        }
+        // Two protocols and one pid list refused per pass.
+        assert_eq!(cache.stats().overflows_total, 6);
+    }
+
+    #[test]
+    fn a_fixture_tree_is_walked_in_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = SocketCache::new(dir.path().into(), 12);
+        assert!(!cache.stats().incremental);
+    }
+
+    #[test]
+    fn slots_are_dealt_round_robin() {
+        let mut cache = SocketCache::new("/proc".into(), 3);
+        let s: Vec<u32> = ["a", "b", "c", "d", "a"]
+            .iter()
+            .map(|g| cache.slot(g))
+            .collect();
+        assert_eq!(s, vec![0, 1, 2, 0, 0]);
+    }
+}
