@@ -164,11 +164,7 @@ impl Agent {
                 .map(|root| PidsReader::new(root, p.proc.clone())),
         );
         let full_window = full::window_for(config.interval);
-        let node = if config.node_name.is_empty() {
-            std::env::var("NODE_NAME").unwrap_or_default()
-        } else {
-            config.node_name.clone()
-        };
+        let node = config.node();
         let started = unix_seconds(clock.as_ref());
         let enforcer = Enforcer::new(
             act,
@@ -182,7 +178,7 @@ impl Agent {
             clock.clone(),
             enforcer,
             node.clone(),
-            std::env::var("POD_NAMESPACE").ok(),
+            config.environment.pod_namespace.clone(),
         );
         Ok(Agent {
             guard,
@@ -257,7 +253,7 @@ impl Agent {
                 effective.guard.clone(),
                 actuators,
                 notifier,
-                std::env::var("POD_NAMESPACE").ok(),
+                self.config.environment.pod_namespace.clone(),
             );
         }
         let previous = std::mem::replace(&mut self.config_status.hash, hash);
@@ -399,7 +395,9 @@ fn reload_from(agent: &mut Agent, path: &Path, trigger: &str) {
 }
 
 /// Runs the agent until SIGTERM or SIGINT; SIGHUP, or a change of the config file, reloads it.
-pub async fn run(config: Config, source: ConfigSource) -> anyhow::Result<()> {
+pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()> {
+    // The one read of the process environment.
+    config.environment = crate::config::Environment::from_process();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let mut interval = config.interval;
     let listen = config.listen;

@@ -248,6 +248,27 @@ impl Default for Http {
 /// Upper bound of `http.max_connections`; the agent lowers it further to keep an fd reserve.
 pub const MAX_HTTP_CONNECTIONS: usize = 4096;
 
+/// What the agent takes from its process environment, read once at start
+/// ([`Environment::from_process`], in `agent::run`) and never again: the DaemonSet sets both
+/// through the downward API. Not part of the file: a reload keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Environment {
+    /// `$NODE_NAME`: the `node` label when `node_name` is empty.
+    pub node_name: Option<String>,
+    /// `$POD_NAMESPACE`: the agent's own namespace, never acted on.
+    pub pod_namespace: Option<String>,
+}
+
+impl Environment {
+    pub fn from_process() -> Environment {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        Environment {
+            node_name: var("NODE_NAME"),
+            pod_namespace: var("POD_NAMESPACE"),
+        }
+    }
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -260,6 +281,8 @@ pub struct Config {
     pub discovery: Discovery,
     pub samplers: Samplers,
     pub guard: guard::GuardConfig,
+    /// Empty from a file; set at start by `agent::run`.
+    pub environment: Environment,
 }
 
 /// Top-level keys and how to read each; unknown keys are errors too.
@@ -275,6 +298,15 @@ const SECTIONS: &[&str] = &[
 ];
 
 impl Config {
+    /// The `node` label: `node_name`, else `$NODE_NAME`, else none (empty).
+    pub fn node(&self) -> String {
+        if self.node_name.is_empty() {
+            self.environment.node_name.clone().unwrap_or_default()
+        } else {
+            self.node_name.clone()
+        }
+    }
+
     pub fn default_config() -> Result<Config, ConfigErrors> {
         Config::from_yaml(DEFAULT_YAML)
     }
@@ -455,6 +487,7 @@ impl Config {
                 discovery,
                 samplers,
                 guard,
+                environment: Environment::default(),
             }),
             _ => Err(ConfigErrors(type_errs)),
         }
