@@ -84,7 +84,7 @@ fn bench(c: &mut Criterion) {
     build_node(dir.path());
     let r = dir.path().display();
     let cfg = Config::from_yaml(&format!(
-        "paths:\n  proc: {r}/proc\n  cgroup: {r}/sys/fs/cgroup\n  pod_logs: {r}/var/log/pods\n  container_logs: {r}/var/log/containers\n"
+        "paths:\n  proc: {r}/proc\n  cgroup: {r}/sys/fs/cgroup\n  pod_logs: {r}/var/log/pods\n  container_logs: {r}/var/log/containers\n  kmsg: {r}/dev/kmsg\n"
     ))
     .unwrap();
     let mut agent = Agent::new(cfg, Arc::new(SystemClock)).unwrap();

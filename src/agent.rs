@@ -17,6 +17,7 @@ use crate::export::server::{self, Endpoints};
 use crate::sample::logs::LogTailer;
 use crate::sample::memory::MemoryReader;
 use crate::sample::net::sampler::{ConntrackSettings, NetSampler};
+use crate::sample::oom::KmsgSource;
 use crate::sample::pids::PidsReader;
 use crate::sample::procs::ProcTable;
 use crate::sample::selfstat::SelfReader;
@@ -146,6 +147,14 @@ impl Agent {
             )
             .with_ports(s.ports.enabled.then_some(s.ports.trigger)),
         )
+        .with_kmsg(s.kmsg.enabled.then(|| {
+            KmsgSource::new(
+                p.kmsg.clone(),
+                s.kmsg.max_records_per_tick,
+                s.kmsg.remember,
+                clock.clone(),
+            )
+        }))
         .with_pids(
             s.processes
                 .enabled
@@ -294,7 +303,13 @@ impl Agent {
                 attributed: d.attributed,
                 restarts: d.restarts,
             }),
-            features: net.map(|n| n.features.clone()).unwrap_or_default(),
+            features: {
+                let mut f = net.map(|n| n.features.clone()).unwrap_or_default();
+                f.extend(self.samplers.features());
+                f.sort_by_key(|f| f.name);
+                f
+            },
+            kmsg: self.samplers.kmsg_status(),
             inputs: self.samplers.input_stats(),
             samplers: self
                 .samplers

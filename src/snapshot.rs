@@ -30,6 +30,8 @@ pub struct Snapshot {
     pub conntrack_dump: Option<DumpStatus>,
     /// Features that depend on capabilities or kernel support.
     pub features: Vec<Feature>,
+    /// The kernel-log OOM reader's counters; `None` while it is off or cannot read.
+    pub kmsg: Option<KmsgStatus>,
     /// Rules and breakers; `None` before the guard's first step.
     pub guard: Option<GuardStatus>,
     pub samplers: Vec<SamplerStatus>,
@@ -38,6 +40,24 @@ pub struct Snapshot {
     /// What the readers skipped or hold, so a hostile tree is visible rather than silent.
     pub inputs: InputStats,
     pub agent: AgentStats,
+}
+
+/// Counters of the kernel-log OOM reader (`sample::oom`), totals since the agent started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct KmsgStatus {
+    pub records_total: u64,
+    /// `oom-kill:` records in the scopes credited to a workload.
+    pub oom_attributed_total: u64,
+    /// `oom-kill:` records in the scopes that name no known workload (a unit gone, a sandbox).
+    pub oom_unattributed_total: u64,
+    /// `oom-kill:` records cut short or not in the kernel's shape.
+    pub oom_truncated_total: u64,
+    /// Ring overruns (EPIPE): records overwritten before they were read.
+    pub overruns_total: u64,
+    /// Passes stopped by `samplers.kmsg.max_records_per_tick` (the rest is read next tick).
+    pub read_limited_total: u64,
+    pub remembered_cgroups: u64,
+    pub remembered_evicted_total: u64,
 }
 
 /// Untrusted-input bookkeeping of the last pass: names that needed escapes, entries refused.

@@ -27,11 +27,13 @@ fn fixture(name: &str) -> PathBuf {
 fn config(root: &Path, node: &str) -> Config {
     let p = |rel: &str| root.join(rel).display().to_string();
     let yaml = format!(
-        "node_name: {node}\npaths:\n  proc: '{}'\n  cgroup: '{}'\n  pod_logs: '{}'\n  container_logs: '{}'\ndiscovery:\n  scopes: [\"/\"]\n",
+        // No kernel log in the fixtures: never the host's, whose OOM records are not theirs.
+        "node_name: {node}\npaths:\n  proc: '{}'\n  cgroup: '{}'\n  pod_logs: '{}'\n  container_logs: '{}'\n  kmsg: '{}'\ndiscovery:\n  scopes: [\"/\"]\n",
         p("proc"),
         p("sys/fs/cgroup"),
         p("var/log/pods"),
         p("var/log/containers"),
+        p("dev/kmsg"),
     );
     Config::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -216,7 +218,8 @@ fn assert_samplers_clean(snap: &Snapshot) {
             "logs",
             "sockets",
             "conntrack",
-            "ports"
+            "ports",
+            "kmsg"
         ]
         .map(|n| (n, true, true, vec![]))
     );

@@ -10,9 +10,9 @@ use nodeguard::action::state;
 use nodeguard::config::Config;
 use nodeguard::discover::{kubelet, names, parse_procs};
 use nodeguard::sample::logs::cri::{self, CriCounter, LineCounts, HEADER_CAP};
-use nodeguard::sample::memory;
 use nodeguard::sample::net::{addrs, conntrack, ctnetlink, inet, sockets, sockstat};
 use nodeguard::sample::procs;
+use nodeguard::sample::{kmsg, memory};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 
@@ -64,6 +64,20 @@ proptest! {
         for key in ["inactive_file", "oom_kill", "total_inactive_file", "under_oom"] {
             let _ = memory::parse_keyed(&t, key);
         }
+        let _ = memory::oom_events(&t);
+    }
+
+    #[test]
+    fn kmsg_records(b in bytes(&["6,", "14,", ",-;", ";", "oom-kill:", "constraint=CONSTRAINT_MEMCG", ",oom_memcg=", ",global_oom", ",task_memcg=", ",task=", ",pid=", ",uid=", "/", "\\x", "\\x5c", "\n ", "/kubepods/burstable/pod1/"], 40)) {
+        if let Some(h) = kmsg::parse_header(&b) {
+            if let kmsg::Message::Oom(k) = kmsg::parse_message(h.facility, h.message) {
+                // Whatever the text, the victim is an absolute path and the comm fits the kernel's.
+                prop_assert!(k.task_memcg.starts_with('/'));
+                prop_assert!(k.comm.len() <= 15);
+            }
+        }
+        let _ = kmsg::parse_message(0, &b);
+        let _ = kmsg::unescape(&b);
     }
 
     #[test]

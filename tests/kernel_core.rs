@@ -267,20 +267,47 @@ fn log_lines_are_counted_through_rotation_and_restart() {
     ), "{text}");
 }
 
+/// A sandbox whose image runs something else than `pause`: left out once past runc's init (the
+/// pod's only log dir is claimed by its linked container), and not judged during the init.
+#[test]
+fn a_sandbox_not_running_pause_is_left_out() {
+    let Some(mut n) = node() else { return };
+    let p = n.pod(Driver::Cgroupfs, QosClass::Burstable, "feeds", "sbx-0");
+    let app = n.container(&p, "app", 0);
+    n.spawn(&app, &["idle"]);
+    let sandbox = n.container_cgroup(&p, "POD", 0);
+    let init = n.spawn(&sandbox, &["--comm", "runc:[2:INIT]", "idle"]);
+    let mut agent = n.agent();
+    let snap = agent.tick();
+    let ids: Vec<String> = snap.workloads.iter().map(|w| w.id.to_string()).collect();
+    assert_eq!(ids, ["feeds/sbx-0/app"]);
+    n.stop(init);
+    n.spawn(&sandbox, &["--comm", "sleep", "idle"]);
+    let snap = agent.tick();
+    let ids: Vec<String> = snap.workloads.iter().map(|w| w.id.to_string()).collect();
+    assert_eq!(ids, ["feeds/sbx-0/app"]);
+    assert!(!metrics_text(&snap).contains(&sandbox.id[..12]));
+}
+
 #[test]
 fn vanished_containers_lose_their_series() {
     let Some(mut n) = node() else { return };
     let p = n.pod(Driver::Cgroupfs, QosClass::BestEffort, "tmp", "job-0");
     let c = n.container_cgroup(&p, "worker", 0);
+    // No CRI log tree for this pod (a log dir would keep the identity's series): an unlinked
+    // container that runs something else than `pause` is a container, named by its short id.
+    std::fs::remove_dir_all(n.pod_log_dir(&p)).expect("no pod log dir");
     let pid = n.spawn(&c, &["idle"]);
     let mut agent = n.agent();
     let snap = agent.tick();
     assert_eq!(snap.workloads.len(), 1);
+    let short = format!("container=\"{}\"", &c.id[..12]);
+    assert!(metrics_text(&snap).contains(&short));
     n.stop(pid);
     n.remove_cgroup(&c);
     let snap = agent.tick();
     assert!(snap.workloads.is_empty(), "{:?}", snap.workloads);
-    assert!(!metrics_text(&snap).contains("pod=\"job-0\""));
+    assert!(!metrics_text(&snap).contains(&short));
 }
 
 #[test]

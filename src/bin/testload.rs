@@ -24,7 +24,7 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage: nodeguard-testload [--netns NETNS_FILE] [--join PROCS_FILE]... [--comm NAME]\n       \
          [--comm-hex HEX] <mode>\n\
-         modes: idle | zombies N | alloc BYTES | oom BYTES | grow BYTES MS\n       \
+         modes: idle | zombies N | alloc BYTES | oom BYTES | oom-child BYTES | grow BYTES MS\n       \
          | listen ADDR | connect ADDR TCP_N UDP_N\n       \
          | storm ADDR CYCLES --log FILE [--cycle-ms MS] [--max-loops N]\n       \
          | forker N | tasks THREADS ZOMBIES | exhaust ADDR MAX REPORT_FILE"
@@ -101,6 +101,41 @@ fn main() -> ExitCode {
             for c in &children {
                 while !is_zombie(c.as_raw()) {
                     std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            }
+        }
+        Some("oom-child") => {
+            // The victim is a child (the largest task of the cgroup); the parent reaps it and
+            // exits 0 if it died of SIGKILL, 1 otherwise, without ever printing `ready`.
+            // SAFETY: this process is single-threaded here; the child only allocates and exits.
+            match unsafe { nix::unistd::fork() } {
+                Ok(nix::unistd::ForkResult::Child) => {
+                    let mut done = 0;
+                    while done < n {
+                        hold.push(vec![0xA5u8; (1u64 << 20).min(n - done) as usize]);
+                        done += 1 << 20;
+                    }
+                    unsafe { nix::libc::_exit(0) }
+                }
+                Ok(nix::unistd::ForkResult::Parent { child }) => {
+                    let st = nix::sys::wait::waitpid(child, None);
+                    let killed = matches!(
+                        st,
+                        Ok(nix::sys::wait::WaitStatus::Signaled(
+                            _,
+                            nix::sys::signal::Signal::SIGKILL,
+                            _
+                        ))
+                    );
+                    return if killed {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    };
+                }
+                Err(e) => {
+                    eprintln!("fork: {e}");
+                    return ExitCode::FAILURE;
                 }
             }
         }

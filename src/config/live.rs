@@ -41,6 +41,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         a.samplers.conntrack != b.samplers.conntrack,
         "samplers.conntrack",
     );
+    diff(a.samplers.kmsg != b.samplers.kmsg, "samplers.kmsg");
     diff(a.guard.state_file != b.guard.state_file, "guard.state_file");
     out
 }

@@ -43,6 +43,8 @@ pub struct Paths {
     pub cgroup: PathBuf,
     pub pod_logs: PathBuf,
     pub container_logs: PathBuf,
+    /// The kernel log device (OOM kills, `samplers.kmsg`).
+    pub kmsg: PathBuf,
 }
 
 impl Default for Paths {
@@ -52,6 +54,7 @@ impl Default for Paths {
             cgroup: "/sys/fs/cgroup".into(),
             pod_logs: "/var/log/pods".into(),
             container_logs: "/var/log/containers".into(),
+            kmsg: "/dev/kmsg".into(),
         }
     }
 }
@@ -170,6 +173,29 @@ impl Default for PortsSampler {
     }
 }
 
+/// OOM kills from the kernel log (`paths.kmsg`): needs CAP_SYSLOG, else it reports itself off.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KmsgSampler {
+    pub enabled: bool,
+    /// Records read per tick at most; the rest waits for the next tick (a log flood costs a
+    /// bounded share of each tick).
+    pub max_records_per_tick: usize,
+    /// How long the cgroup path of a workload that disappeared still attributes its OOM kills.
+    #[serde(with = "humantime_serde")]
+    pub remember: Duration,
+}
+
+impl Default for KmsgSampler {
+    fn default() -> Self {
+        KmsgSampler {
+            enabled: true,
+            max_records_per_tick: 10_000,
+            remember: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Samplers {
@@ -179,6 +205,7 @@ pub struct Samplers {
     pub sockets: SocketsSampler,
     pub conntrack: ConntrackSampler,
     pub ports: PortsSampler,
+    pub kmsg: KmsgSampler,
 }
 
 /// Bounds of the HTTP server: no number of peers, idle or slow, can hold more than
@@ -330,6 +357,7 @@ impl Config {
             ("paths.cgroup", &paths.cgroup),
             ("paths.pod_logs", &paths.pod_logs),
             ("paths.container_logs", &paths.container_logs),
+            ("paths.kmsg", &paths.kmsg),
         ] {
             if !p.is_absolute() {
                 b.error(name, format!("{} must be an absolute path", p.display()));
@@ -375,6 +403,18 @@ impl Config {
             samplers.logs.max_open_files as u64,
             1,
             MAX_LOG_OPEN_FILES as u64,
+        );
+        b.int(
+            "samplers.kmsg.max_records_per_tick",
+            samplers.kmsg.max_records_per_tick as u64,
+            1,
+            1_000_000,
+        );
+        b.duration(
+            "samplers.kmsg.remember",
+            samplers.kmsg.remember,
+            Duration::from_secs(1),
+            Duration::from_secs(24 * 3600),
         );
         check_http(&http, &mut b);
         type_errs.extend(errs.into_iter().filter_map(|e| {

@@ -89,6 +89,10 @@ pub struct Discovery {
     config: DiscoveryConfig,
     /// Container ids known to be sandboxes: a cgroup's role never changes, so ask /proc once.
     sandbox_cache: HashSet<String>,
+    /// Ids judged sandboxes at the last scan (cached or not), and the names it used: the kernel
+    /// log names cgroups that may be gone by the time it is read.
+    last_sandboxes: HashSet<String>,
+    last_index: NameIndex,
     stats: DiscoveryStats,
 }
 
@@ -105,8 +109,51 @@ impl Discovery {
             names,
             config,
             sandbox_cache: HashSet::new(),
+            last_sandboxes: HashSet::new(),
+            last_index: NameIndex::default(),
             stats: DiscoveryStats::default(),
         }
+    }
+
+    /// Whether `rel` lies in a configured scope (the agent's view of the tree).
+    pub fn in_scope(&self, rel: &str) -> bool {
+        self.config.scopes.iter().any(|s| {
+            let s = normalize(s);
+            s == "/"
+                || rel == s
+                || rel
+                    .strip_prefix(s.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        })
+    }
+
+    /// The container a kubelet cgroup path (or a cgroup below it) names, from the path grammar
+    /// alone: for a container whose cgroup no scan saw. Named from the last scan's log trees,
+    /// else by its short id; `None` outside the scopes, for non-container paths and sandboxes.
+    pub fn container_of_path(&self, rel: &str) -> Option<(WorkloadId, String, String)> {
+        if !self.in_scope(rel) {
+            return None;
+        }
+        let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+        let k = kubelet::kubepods_index(&comps)?;
+        // kubepods[/qos]/pod/<container>: the container is at most 4 levels below kubepods.
+        let found =
+            (1..=4.min(comps.len() - k)).find_map(|n| match kubelet::parse(&comps[k..k + n]) {
+                Some(KubeCgroup::Container { pod_uid, id, .. }) => Some((pod_uid, id)),
+                _ => None,
+            });
+        let (pod_uid, id) = found?;
+        if self.sandbox_cache.contains(&id) || self.last_sandboxes.contains(&id) {
+            return None;
+        }
+        let wid = match self.last_index.containers.get(&id) {
+            Some(c) => WorkloadId::container(&c.namespace, &c.pod, &c.container),
+            None => {
+                let (namespace, pod) = pod_names(&self.last_index, &pod_uid);
+                WorkloadId::container(&namespace, &pod, &id[..12.min(id.len())])
+            }
+        };
+        Some((wid, pod_uid, id))
     }
 
     /// What the last successful scan could not represent as is.
@@ -156,6 +203,8 @@ impl Discovery {
         }
         let mut inv = Inventory::default();
         let mut seen_ids = Vec::new();
+        let live = live_container_ids(&dirs);
+        self.last_sandboxes.clear();
         let mut i = 0;
         while i < dirs.len() {
             let rel = dirs[i].clone();
@@ -164,7 +213,7 @@ impl Discovery {
                 let end = subtree_end(&dirs, i);
                 if let Some(kc) = kubelet::parse(&comps[k..]) {
                     let is_container = matches!(kc, KubeCgroup::Container { .. });
-                    self.classify_kube(kc, &dirs[i..end], &index, &mut inv, &mut seen_ids)?;
+                    self.classify_kube(kc, &dirs[i..end], &index, &live, &mut inv, &mut seen_ids)?;
                     // A container's nested cgroups (dind, systemd-in-container) belong to it.
                     if is_container {
                         i = end;
@@ -200,6 +249,7 @@ impl Discovery {
             i += 1;
         }
         self.sandbox_cache.retain(|id| seen_ids.contains(id));
+        self.last_index = index;
         self.log_transitions(stats);
         self.stats = stats;
         inv.workloads
@@ -213,6 +263,7 @@ impl Discovery {
         kc: KubeCgroup,
         subtree: &[String],
         index: &NameIndex,
+        live: &HashSet<String>,
         inv: &mut Inventory,
         seen_ids: &mut Vec<String>,
     ) -> Result<(), ReadError> {
@@ -238,9 +289,10 @@ impl Discovery {
                 let wid = match index.containers.get(&id) {
                     Some(c) => WorkloadId::container(&c.namespace, &c.pod, &c.container),
                     None => {
-                        match self.unlinked(&id, rel)? {
+                        match self.unlinked(&id, rel, &pod_uid, index, live)? {
                             Unlinked::Sandbox => {
                                 inv.sandboxes += 1;
+                                self.last_sandboxes.insert(id);
                                 return Ok(());
                             }
                             Unlinked::Undecided => return Ok(()),
@@ -267,10 +319,20 @@ impl Discovery {
         Ok(())
     }
 
-    /// What an unlinked container cgroup is. Only a `Sandbox` verdict is cached: a cgroup seen
+    /// What an unlinked container cgroup is. Only a `pause` verdict is cached: a cgroup seen
     /// while runc is still setting it up (`runc:[2:INIT]`) may be either, and a container that
-    /// kubelet has not linked yet gets its link a moment later.
-    fn unlinked(&mut self, id: &str, rel: &str) -> Result<Unlinked, ReadError> {
+    /// kubelet has not linked yet gets its link a moment later. Past runc's init, the CRI log
+    /// tree decides (the runtime opens a container's log before its task exists; a sandbox has
+    /// none): a container-name log dir of the pod that no linked live container claims is this
+    /// container's; none left means the sandbox, whatever its image runs.
+    fn unlinked(
+        &mut self,
+        id: &str,
+        rel: &str,
+        pod_uid: &str,
+        index: &NameIndex,
+        live: &HashSet<String>,
+    ) -> Result<Unlinked, ReadError> {
         if self.sandbox_cache.contains(id) {
             return Ok(Unlinked::Sandbox);
         }
@@ -288,8 +350,54 @@ impl Discovery {
         if v == Unlinked::Sandbox {
             self.sandbox_cache.insert(id.to_owned());
         }
-        Ok(v)
+        if v != Unlinked::Container {
+            return Ok(v);
+        }
+        // No pod log dir: no CRI log tree to ask (a runtime without kubelet's logs).
+        let Some(pod) = index.pods.get(pod_uid) else {
+            return Ok(v);
+        };
+        let dirs = self.names.container_dirs(pod, pod_uid)?;
+        Ok(log_evidence(&dirs, &claimed_names(index, pod, live)))
     }
+}
+
+/// Names of the pod's containers that are linked and have a cgroup this scan.
+fn claimed_names<'a>(
+    index: &'a NameIndex,
+    pod: &names::PodName,
+    live: &HashSet<String>,
+) -> HashSet<&'a str> {
+    index
+        .containers
+        .iter()
+        .filter(|(id, c)| live.contains(*id) && c.namespace == pod.namespace && c.pod == pod.pod)
+        .map(|(_, c)| c.container.as_str())
+        .collect()
+}
+
+/// Pure: an unlinked, running container cgroup is a container when the pod's log dir has a
+/// container name that no linked live container claims, else the sandbox.
+fn log_evidence(log_dirs: &[String], claimed: &HashSet<&str>) -> Unlinked {
+    if log_dirs.iter().any(|d| !claimed.contains(d.as_str())) {
+        Unlinked::Container
+    } else {
+        Unlinked::Sandbox
+    }
+}
+
+/// Every container id in the walk (for which log names a live container claims).
+fn live_container_ids(dirs: &[String]) -> HashSet<String> {
+    let mut out = HashSet::new();
+    for rel in dirs {
+        let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
+        if let Some(k) = kubelet::kubepods_index(&comps) {
+            if let Some(KubeCgroup::Container { id, .. }) = kubelet::parse(&comps[k..]) {
+                out.insert(id);
+            }
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -589,5 +697,97 @@ mod tests {
         let inv = d.scan().unwrap();
         assert_eq!(inv.workloads.len(), 1);
         assert_eq!(inv.sandboxes, 0);
+    }
+}
+
+#[cfg(test)]
+mod sandbox_tests {
+    use super::*;
+
+    const POD: &str = "kubepods/burstable/pod0a1b";
+    const SANDBOX: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const LINKED: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const STARTING: &str = "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
+
+    /// A v2 tree with one pod: `(dir, discovery)`; each container cgroup runs one process.
+    fn tree(procs: &[(&str, u32, &str)]) -> (tempfile::TempDir, Discovery) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let cg = root.join("cg");
+        std::fs::create_dir_all(cg.join(POD)).unwrap();
+        std::fs::write(cg.join("cgroup.controllers"), "memory\n").unwrap();
+        for (id, pid, comm) in procs {
+            let c = cg.join(POD).join(id);
+            std::fs::create_dir_all(&c).unwrap();
+            std::fs::write(c.join("cgroup.procs"), format!("{pid}\n")).unwrap();
+            let p = root.join("proc").join(pid.to_string());
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("comm"), format!("{comm}\n")).unwrap();
+        }
+        let pods = root.join("pods");
+        std::fs::create_dir_all(pods.join("shop_web-0_0a1b/app")).unwrap();
+        let links = root.join("containers");
+        std::fs::create_dir_all(&links).unwrap();
+        std::os::unix::fs::symlink(
+            "../pods/shop_web-0_0a1b/app/0.log",
+            links.join(format!("web-0_shop_app-{LINKED}.log")),
+        )
+        .unwrap();
+        let d = Discovery::new(
+            &CgroupLayout::detect(&cg).unwrap(),
+            root.join("proc"),
+            NameSource::new(pods, links),
+            DiscoveryConfig {
+                scopes: vec!["/".into()],
+                host_workloads: false,
+            },
+        );
+        (dir, d)
+    }
+
+    fn names(inv: &Inventory) -> Vec<String> {
+        inv.workloads.iter().map(|w| w.id.to_string()).collect()
+    }
+
+    #[test]
+    fn a_sandbox_that_does_not_run_pause_is_still_the_sandbox() {
+        let (_dir, mut d) = tree(&[(SANDBOX, 10, "sleep"), (LINKED, 11, "uwsgi")]);
+        let inv = d.scan().unwrap();
+        assert_eq!(names(&inv), vec!["shop/web-0/app".to_owned()]);
+        assert_eq!(inv.sandboxes, 1);
+        // Not cached (it was not `pause`), but the kernel log attribution knows it.
+        assert!(!d.sandbox_cache.contains(SANDBOX));
+        assert_eq!(
+            d.container_of_path(&format!("/{POD}/{SANDBOX}")),
+            None,
+            "a sandbox is never credited an OOM kill"
+        );
+    }
+
+    #[test]
+    fn an_unlinked_container_with_an_unclaimed_log_dir_is_a_container() {
+        // The linked `app` has no live cgroup (restarting): its log dir is unclaimed, so the new,
+        // not yet linked instance is a container once past runc's init (never judged during it).
+        let (dir, mut d) = tree(&[(STARTING, 12, "runc:[2:INIT]")]);
+        let inv = d.scan().unwrap();
+        assert!(
+            inv.workloads.is_empty() && inv.sandboxes == 0,
+            "runc init: not judged"
+        );
+        std::fs::write(dir.path().join("proc/12/comm"), "uwsgi\n").unwrap();
+        let inv = d.scan().unwrap();
+        assert_eq!(names(&inv), vec![format!("shop/web-0/{}", &STARTING[..12])]);
+        assert_eq!(inv.sandboxes, 0);
+    }
+
+    #[test]
+    fn log_evidence_is_pure() {
+        let claimed: HashSet<&str> = ["app"].into();
+        assert_eq!(log_evidence(&["app".into()], &claimed), Unlinked::Sandbox);
+        assert_eq!(
+            log_evidence(&["app".into(), "sidecar".into()], &claimed),
+            Unlinked::Container
+        );
+        assert_eq!(log_evidence(&[], &HashSet::new()), Unlinked::Sandbox);
     }
 }

@@ -96,6 +96,40 @@ impl NameSource {
     }
 }
 
+impl NameSource {
+    /// The container-name directories of a pod's log dir (`<namespace>_<pod>_<uid>/<name>/`),
+    /// opened below `pod_logs` without following a symlink; a missing pod dir is empty.
+    pub fn container_dirs(&self, pod: &PodName, uid: &str) -> Result<Vec<String>, ReadError> {
+        use crate::fsio::{self, EntryKind};
+        let root = match fsio::open_dir(&self.pod_logs) {
+            Ok(fd) => fd,
+            Err(e) if fsio::is_gone(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(ReadError::io(&self.pod_logs, e)),
+        };
+        let name = format!("{}_{}_{uid}", pod.namespace, pod.pod);
+        let dir = self.pod_logs.join(&name);
+        let fd = match fsio::open_beneath(
+            std::os::fd::AsFd::as_fd(&root),
+            Path::new(&name),
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+        ) {
+            Ok(fd) => fd,
+            Err(e) if fsio::is_gone(&e) || fsio::is_refused_link(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(ReadError::io(&dir, e)),
+        };
+        let mut out = Vec::new();
+        fsio::for_each_entry(std::os::fd::AsFd::as_fd(&fd), |n, kind, _| {
+            if kind == EntryKind::Dir {
+                if let Ok(n) = std::str::from_utf8(n) {
+                    out.push(n.to_owned());
+                }
+            }
+        })
+        .map_err(|e| ReadError::io(&dir, e))?;
+        Ok(out)
+    }
+}
+
 /// Entry names of a directory; a missing directory is empty (a host without Kubernetes).
 fn list_dir(dir: &Path, non_utf8: &mut usize) -> Result<Vec<String>, ReadError> {
     let rd = match std::fs::read_dir(dir) {

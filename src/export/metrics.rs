@@ -455,6 +455,56 @@ impl Collector for SnapshotCollector {
                 )
             }),
         )?;
+        let k = s.kmsg.as_ref();
+        family(
+            &mut enc,
+            "kmsg_records",
+            "Kernel log records read (samplers.kmsg).",
+            Counter,
+            k.map(|k| (node.clone(), k.records_total)),
+        )?;
+        family(
+            &mut enc,
+            "kmsg_oom_records",
+            "Kernel oom-kill: records in the discovery scopes: credited to a workload (container), naming none (unattributed), or cut short (truncated).",
+            Counter,
+            k.into_iter().flat_map(|k| {
+                [
+                    ("container", k.oom_attributed_total),
+                    ("unattributed", k.oom_unattributed_total),
+                    ("truncated", k.oom_truncated_total),
+                ]
+                .map(|(r, v)| (with(node.clone(), "result", r), v))
+            }),
+        )?;
+        family(
+            &mut enc,
+            "kmsg_overruns",
+            "Kernel log ring overruns (EPIPE): records overwritten before they were read.",
+            Counter,
+            k.map(|k| (node.clone(), k.overruns_total)),
+        )?;
+        family(
+            &mut enc,
+            "kmsg_read_limited",
+            "Ticks whose kernel log pass stopped at samplers.kmsg.max_records_per_tick.",
+            Counter,
+            k.map(|k| (node.clone(), k.read_limited_total)),
+        )?;
+        family(
+            &mut enc,
+            "kmsg_remembered_cgroups",
+            "Cgroup paths of recent workloads kept to attribute OOM kills after the cgroup is gone.",
+            Gauge,
+            k.map(|k| (node.clone(), k.remembered_cgroups)),
+        )?;
+        family(
+            &mut enc,
+            "kmsg_remembered_evicted",
+            "Remembered cgroup paths dropped at the bound (16,384) before their time.",
+            Counter,
+            k.map(|k| (node.clone(), k.remembered_evicted_total)),
+        )?;
         let bl = |b: &crate::snapshot::BreakerView| {
             let mut lb: Labels = vec![
                 ("namespace", b.namespace.clone()),

@@ -17,7 +17,8 @@ pub struct MemorySample {
     pub working_set_bytes: u64,
     /// `None` when unlimited.
     pub limit_bytes: Option<u64>,
-    /// Cumulative OOM kills in this cgroup (hierarchical: a pod cgroup counts its containers').
+    /// Cumulative OOM events in this cgroup ([`oom_events`]; on v2 hierarchical: a pod cgroup
+    /// counts its containers').
     pub oom_kills: u64,
 }
 
@@ -55,6 +56,19 @@ pub fn parse_keyed(text: &str, key: &str) -> Result<Option<u64>, ParseError> {
         }
     }
     Ok(None)
+}
+
+/// Pure: OOM events from `memory.events` / `memory.oom_control`. One event is one OOM-killer
+/// invocation, as one kernel `oom-kill:` record: with `memory.oom.group=1` (kubelet sets it on
+/// v2) killing N processes adds N+1 to `oom_kill` but 1 to `oom_group_kill`, so a cgroup that
+/// has group kills counts those. v1 has no group kill: `oom_kill`. Missing keys read as zero
+/// (old v1 kernels lack `oom_kill`).
+pub fn oom_events(text: &str) -> Result<u64, ParseError> {
+    let group = parse_keyed(text, "oom_group_kill")?.unwrap_or(0);
+    if group > 0 {
+        return Ok(group);
+    }
+    Ok(parse_keyed(text, "oom_kill")?.unwrap_or(0))
 }
 
 /// Pure: combines the raw files into a sample.
@@ -119,10 +133,7 @@ fn read_set(
     let inactive = parse_optional(&stat_path, |t| parse_keyed(t, inactive_key))?
         .flatten()
         .unwrap_or(0);
-    // Old v1 kernels lack the oom_kill line; that reads as zero kills seen, not as an error.
-    let oom_kills = parse_optional(&dir.join(oom_f), |t| parse_keyed(t, "oom_kill"))?
-        .flatten()
-        .unwrap_or(0);
+    let oom_kills = parse_optional(&dir.join(oom_f), oom_events)?.unwrap_or(0);
     Ok(Some(MemorySample {
         usage_bytes: usage,
         working_set_bytes: working_set(usage, inactive),
@@ -157,6 +168,17 @@ mod tests {
         );
         assert!(parse_keyed("oom_kill x\n", "oom_kill").is_err());
         assert!(parse_keyed("oom_kill\n", "oom_kill").is_err());
+    }
+
+    #[test]
+    fn one_group_kill_is_one_event() {
+        // memory.oom.group=1, 3 processes killed: oom_kill 4, oom_group_kill 1.
+        let grouped = "low 0\nhigh 0\nmax 40\noom 1\noom_kill 4\noom_group_kill 1\n";
+        assert_eq!(oom_events(grouped), Ok(1));
+        assert_eq!(oom_events(V2_EVENTS), Ok(2));
+        assert_eq!(oom_events(V1_OOM), Ok(4));
+        assert_eq!(oom_events("oom_kill_disable 0\nunder_oom 0\n"), Ok(0));
+        assert!(oom_events("oom_group_kill x\n").is_err());
     }
 
     #[test]

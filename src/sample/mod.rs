@@ -2,9 +2,11 @@
 //! Each reader takes its roots at construction; nothing here knows about rules or export.
 
 pub mod health;
+pub mod kmsg;
 pub mod logs;
 pub mod memory;
 pub mod net;
+pub mod oom;
 pub mod pids;
 pub mod procs;
 pub mod selfstat;
@@ -16,6 +18,7 @@ use health::SamplerHealth;
 use logs::{ContainerLogSample, LogTailer};
 use memory::{MemoryReader, MemorySample};
 use net::sampler::{NetSample, NetSampler};
+use oom::{KmsgSource, KmsgTick};
 use pids::{NodePids, PidsReader, PidsSample};
 use procs::{ProcSummary, ProcTable};
 use std::collections::HashMap;
@@ -40,6 +43,8 @@ pub struct TickSample {
     pub logs: Option<Vec<ContainerLogSample>>,
     /// `None` when both network samplers are off.
     pub net: Option<NetSample>,
+    /// OOM kills from the kernel log; `None` while that source is off or cannot read.
+    pub kmsg: Option<KmsgTick>,
 }
 
 pub struct Samplers {
@@ -51,6 +56,7 @@ pub struct Samplers {
     pids: Option<PidsReader>,
     logs: Option<LogTailer>,
     net: NetSampler,
+    kmsg: Option<KmsgSource>,
     last_inventory: Inventory,
     pub health: Vec<SamplerHealth>,
 }
@@ -62,6 +68,7 @@ const LOGS: usize = 3;
 const SOCKETS: usize = 4;
 const CONNTRACK: usize = 5;
 const PORTS: usize = 6;
+const KMSG: usize = 7;
 
 impl Samplers {
     pub fn new(
@@ -81,6 +88,7 @@ impl Samplers {
             SamplerHealth::new("sockets", net.sockets_enabled()),
             SamplerHealth::new("conntrack", net.conntrack_enabled()),
             SamplerHealth::new("ports", net.ports_enabled()),
+            SamplerHealth::new("kmsg", false),
         ];
         Samplers {
             clock,
@@ -91,6 +99,7 @@ impl Samplers {
             pids: None,
             logs,
             net,
+            kmsg: None,
             last_inventory: Inventory::default(),
             health,
         }
@@ -100,6 +109,26 @@ impl Samplers {
     pub fn with_pids(mut self, pids: Option<PidsReader>) -> Self {
         self.pids = pids;
         self
+    }
+
+    /// Reads OOM kills from the kernel log (`samplers.kmsg`).
+    pub fn with_kmsg(mut self, kmsg: Option<KmsgSource>) -> Self {
+        self.health[KMSG].enabled = kmsg.is_some();
+        self.kmsg = kmsg;
+        self
+    }
+
+    /// The kernel-log source's availability (with the network features in the snapshot).
+    pub fn features(&self) -> Vec<crate::snapshot::Feature> {
+        self.kmsg.iter().map(KmsgSource::feature).collect()
+    }
+
+    /// The kernel-log source's counters, while it reads.
+    pub fn kmsg_status(&self) -> Option<crate::snapshot::KmsgStatus> {
+        self.kmsg
+            .as_ref()
+            .filter(|k| k.feature().available)
+            .map(KmsgSource::status)
     }
 
     /// What discovery and the log tailer skipped or hold after their last pass.
@@ -136,6 +165,14 @@ impl Samplers {
             ..TickSample::default()
         };
         self.sample_memory(&mut tick);
+        // After the scan: a record read now names a cgroup the scan saw, or one gone before it.
+        if let Some(k) = &mut self.kmsg {
+            let t = clock.now();
+            let mut errors = Vec::new();
+            tick.kmsg = k.pass(&tick.inventory, &self.discovery, &mut errors);
+            // Unavailable is the feature's state, not a stale sampler.
+            self.health[KMSG].finish(t, clock.now(), &errors, true);
+        }
         self.sample_procs(&mut tick);
         self.sample_net(&mut tick);
         if let Some(tailer) = &mut self.logs {

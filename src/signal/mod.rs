@@ -3,6 +3,7 @@
 //! computed over trailing windows.
 
 pub mod full;
+pub mod oom;
 pub mod rate;
 pub mod restarts;
 
@@ -15,6 +16,7 @@ use crate::sample::TickSample;
 use crate::snapshot::{Held, Kind, MemoryValues, PodSignals, SocketCounts, WorkloadSignals};
 use crate::workload::WorkloadId;
 use full::FullEstimator;
+use oom::OomCount;
 use rate::RateWindow;
 use restarts::RestartTracker;
 use std::collections::{BTreeMap, HashMap};
@@ -28,9 +30,12 @@ const IDENTITY_RETENTION: Duration = Duration::from_secs(15 * 60);
 
 #[derive(Debug)]
 struct IdentityState {
-    oom_total: u64,
-    /// Last raw `oom_kill` per live instance.
+    oom: OomCount,
+    /// Last raw OOM event count per live instance.
     oom_raw: HashMap<String, u64>,
+    /// The last kernel-log OOM record's instance and pod uid, and when: the identity's series
+    /// are exported for `IDENTITY_RETENTION` after it even when no cgroup or log is left.
+    kmsg_last: Option<(Instant, String, Option<String>)>,
     memory: Option<MemorySample>,
     /// The last memory read failed: `memory` is the last good value.
     memory_stale: bool,
@@ -56,8 +61,9 @@ impl IdentityState {
             memory_trend: FullEstimator::new(window),
             memory_trend_instance: None,
             memory_full_in: None,
-            oom_total: 0,
+            oom: OomCount::default(),
             oom_raw: HashMap::new(),
+            kmsg_last: None,
             memory: None,
             memory_stale: false,
             procs: None,
@@ -164,7 +170,7 @@ impl Tracker {
                         let inst = inv.workloads[i].instance();
                         let prev = st.oom_raw.get(inst).copied().unwrap_or(0);
                         let delta = m.oom_kills.saturating_sub(prev);
-                        st.oom_total += delta;
+                        st.oom.add_cgroup(now, inst, delta);
                         if let Some(uid) = pod_uid {
                             *oom_seen_by_pod.entry(uid).or_default() += delta;
                         }
@@ -229,17 +235,45 @@ impl Tracker {
             st.stderr_rate.record(now, s.new_lines.stderr);
         }
 
-        let pods = self.reconcile_pods(tick, &oom_seen_by_pod, &restarted);
+        // Kernel-log OOM events, also for instances whose cgroup no tick saw.
+        for a in tick.kmsg.iter().flat_map(|k| &k.ooms) {
+            let st = self
+                .identities
+                .entry(a.id.clone())
+                .or_insert_with(|| IdentityState::new(now, window));
+            st.last_seen = st.last_seen.max(now);
+            st.oom.add_kmsg(now, &a.instance);
+            st.kmsg_last = Some((now, a.instance.clone(), a.pod_uid.clone()));
+        }
 
+        // With the kernel log, the pod-level surplus is already credited to its instance.
+        let surplus_to_restarted = tick.kmsg.is_none();
+        let pods = self.reconcile_pods(tick, &oom_seen_by_pod, &restarted, surplus_to_restarted);
+
+        for st in self.identities.values_mut() {
+            st.oom.fold(now);
+        }
         self.identities
             .retain(|_, st| now.saturating_duration_since(st.last_seen) < IDENTITY_RETENTION);
 
         let mut out = Vec::new();
         let procs_stale = tick.procs.is_none();
-        let mut ids: Vec<&WorkloadId> = live.keys().copied().collect();
-        ids.extend(logs.keys().filter(|id| !live.contains_key(*id)).copied());
+        let mut ids: Vec<WorkloadId> = live.keys().map(|id| (*id).clone()).collect();
+        ids.extend(
+            logs.keys()
+                .filter(|id| !live.contains_key(*id))
+                .map(|id| (*id).clone()),
+        );
+        // OOM-killed and gone, no log: its kill stays visible for the retention.
+        ids.extend(self.identities.iter().filter_map(|(id, st)| {
+            let recent = st.kmsg_last.as_ref()?.0;
+            (now.saturating_duration_since(recent) < IDENTITY_RETENTION
+                && !live.contains_key(id)
+                && !logs.contains_key(id))
+            .then(|| id.clone())
+        }));
         ids.sort();
-        for id in ids {
+        for id in &ids {
             let Some(st) = self.identities.get_mut(id) else {
                 continue;
             };
@@ -261,8 +295,10 @@ impl Tracker {
                 None => (
                     Kind::Container,
                     None,
-                    logs.get(id).map(|l| l.pod_uid.clone()),
-                    None,
+                    logs.get(id)
+                        .map(|l| l.pod_uid.clone())
+                        .or_else(|| st.kmsg_last.as_ref().and_then(|k| k.2.clone())),
+                    st.kmsg_last.as_ref().map(|k| k.1.clone()),
                 ),
             };
             let in_cgroup = w.is_some();
@@ -285,7 +321,7 @@ impl Tracker {
                         })
                     })
                     .flatten(),
-                oom_kills_total: st.oom_total,
+                oom_kills_total: st.oom.total(),
                 processes: in_cgroup
                     .then(|| {
                         st.procs.as_ref().map(|p| Held {
@@ -330,13 +366,15 @@ impl Tracker {
     }
 
     /// Pod cgroups count OOM kills hierarchically on v2. A kill whose container cgroup vanished
-    /// before the tick shows up only there; it is credited to the container that restarted in
-    /// that pod this tick when there is exactly one, else it stays pod-level only.
+    /// before the tick shows up only there. Without the kernel log it is credited to the
+    /// container that restarted in that pod this tick when there is exactly one, else it stays
+    /// pod-level only; with it, the log's record has credited the killed instance already.
     fn reconcile_pods(
         &mut self,
         tick: &TickSample,
         seen: &HashMap<&str, u64>,
         restarted: &HashMap<&str, Vec<WorkloadId>>,
+        surplus_to_restarted: bool,
     ) -> Vec<PodSignals> {
         let mut out = Vec::new();
         let mut live = Vec::new();
@@ -353,10 +391,10 @@ impl Tracker {
                 let surplus = now
                     .saturating_sub(prev)
                     .saturating_sub(seen.get(p.uid.as_str()).copied().unwrap_or(0));
-                if surplus > 0 {
+                if surplus > 0 && surplus_to_restarted {
                     if let Some([only]) = restarted.get(p.uid.as_str()).map(Vec::as_slice) {
                         if let Some(s) = self.identities.get_mut(only) {
-                            s.oom_total += surplus;
+                            s.oom.add_settled(surplus);
                         }
                     }
                 }

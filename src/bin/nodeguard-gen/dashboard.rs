@@ -275,6 +275,12 @@ fn rows() -> Vec<Row> {
                     .desc("Names that are not UTF-8, and cgroups not walked (too deep or path too long).")
                     .q("nodeguard_discovery_non_utf8_names{@N}", "non-UTF-8 {{node}} {{tree}}")
                     .q("nodeguard_discovery_skipped_cgroups{@N}", "skipped cgroups {{node}}"),
+                panel("Kernel log (OOM kills)", Timeseries, "short", 12)
+                    .desc("oom-kill: records read from /dev/kmsg per second by result; ring overruns (records lost) and passes cut by samplers.kmsg.max_records_per_tick; cgroup paths remembered for attribution.")
+                    .q("sum by (node, result) (rate(nodeguard_kmsg_oom_records_total{@N}[$__rate_interval]))", "{{node}} {{result}}")
+                    .q("rate(nodeguard_kmsg_overruns_total{@N}[$__rate_interval])", "overruns/s {{node}}")
+                    .q("rate(nodeguard_kmsg_read_limited_total{@N}[$__rate_interval])", "limited passes/s {{node}}")
+                    .q("nodeguard_kmsg_remembered_cgroups{@N}", "remembered cgroups {{node}}"),
                 panel("Conntrack dump", Timeseries, "short", 12)
                     .desc("The host-table dump that attributes entries to pods (only above samplers.conntrack.dump_trigger).")
                     .q("nodeguard_conntrack_dump_entries{@N}", "entries {{node}}")
