@@ -75,19 +75,51 @@ fn memory_is_exact_in_pages_in_both_namings() {
         n.spawn(&limited, &["alloc", &(32 * MIB).to_string()]);
         n.spawn(&unlimited, &["alloc", &(8 * MIB).to_string()]);
 
-        let snap = n.agent().tick();
-        for (c, alloc) in [(&limited, 32 * MIB), (&unlimited, 8 * MIB)] {
+        // The kernel charges in per-CPU batches and returns the surplus later, so usage can
+        // still move just after the allocation: measure when it stood still across a tick.
+        let figures = |n: &TestNode| -> Vec<(u64, u64)> {
+            [&limited, &unlimited]
+                .iter()
+                .map(|c| {
+                    let dir = cgroup_dir(n, c);
+                    let current: u64 = read(dir.join("memory.current"))
+                        .trim()
+                        .parse()
+                        .expect("memory.current");
+                    (
+                        current,
+                        key(&read(dir.join("memory.stat")), "inactive_file"),
+                    )
+                })
+                .collect()
+        };
+        let mut agent = n.agent();
+        let mut steady = None;
+        for _ in 0..20 {
+            let before = figures(&n);
+            let snap = agent.tick();
+            if figures(&n) == before {
+                steady = Some((snap, before));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (snap, kernel) = steady.expect("memory.current never stood still across a tick");
+        for ((c, alloc), (current, inactive)) in [(&limited, 32 * MIB), (&unlimited, 8 * MIB)]
+            .into_iter()
+            .zip(kernel)
+        {
             let m = find(&snap, ns, "mem-0", &c.name)
                 .memory
                 .expect("memory")
                 .value;
-            // The processes are idle: the kernel's figures have not moved since the tick.
-            let dir = cgroup_dir(&n, c);
-            let current: u64 = read(dir.join("memory.current"))
-                .trim()
-                .parse()
-                .expect("current");
-            let inactive = key(&read(dir.join("memory.stat")), "inactive_file");
+            println!(
+                "measured {ns} {}: usage {} working set {} ({} pages of {page})",
+                c.name,
+                m.usage_bytes,
+                m.working_set_bytes,
+                m.working_set_bytes / page
+            );
             assert_eq!(m.usage_bytes, current, "{ns} {}", c.name);
             assert_eq!(m.working_set_bytes, current - inactive, "{ns} {}", c.name);
             assert_eq!(
@@ -195,6 +227,15 @@ fn oom(timing: Timing, group: bool) {
     n.spawn(&second, &["idle"]);
     let snap = agent.tick();
     let b = find(&snap, "feeds", "oom-0", "backend");
+    println!(
+        "measured {timing:?} oom.group {}: memory.events oom_kill {} oom_group_kill {}; \
+         container total {}, pod total {:?}",
+        u8::from(group),
+        key(&events, "oom_kill"),
+        key(&events, "oom_group_kill"),
+        b.oom_kills_total,
+        pod(&snap, "feeds", "oom-0").oom_kills_total
+    );
     assert_eq!(b.oom_kills_total, 1, "{timing:?}, oom.group {group}");
     assert_eq!(b.restarts_total, 1);
     assert_eq!(b.container_id.as_deref(), Some(second.id.as_str()));
