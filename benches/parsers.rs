@@ -1,8 +1,10 @@
 //! Pure parser costs on fixed inputs: cgroup memory files (v1 and v2), `/proc/<pid>/stat`,
-//! `/proc/net/tcp` with 20,000 sockets, sockstat, the conntrack stat file, CRI log lines.
+//! `/proc/net/tcp` with 20,000 sockets, sockstat, the conntrack stat file, CRI log lines, a
+//! kernel-log `oom-kill:` record and an ordinary record.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use nodeguard::discover::{kubelet, parse_procs};
+use nodeguard::sample::kmsg::{parse_header, parse_message};
 use nodeguard::sample::logs::cri::{parse_line, CriCounter};
 use nodeguard::sample::memory::{parse_keyed, parse_limit, parse_u64};
 use nodeguard::sample::net::conntrack::parse_stat_entries;
@@ -118,6 +120,20 @@ fn bench(c: &mut Criterion) {
             kubelet::parse(&comps)
         })
     });
+
+    // The record this hybrid host's kernel wrote for a test's OOM kill (v1 memory controller).
+    let oom = b"6,31270,12462280588,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/ngtest-14564-2/kubepods/pod000038e4-0003-4000-8000-000000000001/00000000000038e4000000000000000400000000000000000000000000000003,task_memcg=/ngtest-14564-2/kubepods/pod000038e4-0003-4000-8000-000000000001/00000000000038e4000000000000000400000000000000000000000000000003,task=nodeguard-testl,pid=14582,uid=0\n";
+    let other = b"6,31271,12462280600,-;Memory cgroup out of memory: Killed process 14582 (nodeguard-testl) total-vm:265304kB, anon-rss:32000kB\n";
+    let mut g = c.benchmark_group("kmsg");
+    for (name, rec) in [("oom_kill_record", &oom[..]), ("other_record", &other[..])] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let h = parse_header(black_box(rec)).expect("header");
+                parse_message(h.facility, h.message)
+            })
+        });
+    }
+    g.finish();
 }
 
 criterion_group!(benches, bench);

@@ -52,6 +52,8 @@ pub struct KmsgStatus {
     pub oom_unattributed_total: u64,
     /// `oom-kill:` records cut short or not in the kernel's shape.
     pub oom_truncated_total: u64,
+    /// `oom-kill:` records the kernel's rate limit dropped, node-wide (any scope).
+    pub oom_suppressed_total: u64,
     /// Ring overruns (EPIPE): records overwritten before they were read.
     pub overruns_total: u64,
     /// Passes stopped by `samplers.kmsg.max_records_per_tick` (the rest is read next tick).

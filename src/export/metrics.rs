@@ -466,13 +466,14 @@ impl Collector for SnapshotCollector {
         family(
             &mut enc,
             "kmsg_oom_records",
-            "Kernel oom-kill: records in the discovery scopes: credited to a workload (container), naming none (unattributed), or cut short (truncated).",
+            "Kernel oom-kill: records in the discovery scopes: credited to a workload (container), naming none (unattributed), cut short (truncated); suppressed: records the kernel's rate limit dropped, node-wide.",
             Counter,
             k.into_iter().flat_map(|k| {
                 [
                     ("container", k.oom_attributed_total),
                     ("unattributed", k.oom_unattributed_total),
                     ("truncated", k.oom_truncated_total),
+                    ("suppressed", k.oom_suppressed_total),
                 ]
                 .map(|(r, v)| (with(node.clone(), "result", r), v))
             }),

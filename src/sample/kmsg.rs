@@ -73,6 +73,10 @@ pub enum Message {
     /// Not an `oom-kill:` record.
     Other,
     Oom(OomKill),
+    /// `oom_kill_process: N callbacks suppressed`: the kernel rate-limits its OOM report
+    /// (`oom_rs`: 10 per 5 s node-wide) and dropped N `oom-kill:` records. Those kills are left to
+    /// the cgroup counters.
+    Suppressed(u64),
     /// An `oom-kill:` record cut short or not in the kernel's shape: counted, not attributed.
     Truncated,
 }
@@ -80,12 +84,19 @@ pub enum Message {
 /// Pure: one record's message. Only kernel records (facility 0) count: a root process may write
 /// to /dev/kmsg, but the kernel forces a non-zero facility on what userspace writes.
 pub fn parse_message(facility: u32, msg: &[u8]) -> Message {
-    let Some(body) = msg.strip_prefix(b"oom-kill:") else {
-        return Message::Other;
-    };
     if facility != 0 {
         return Message::Other;
     }
+    if let Some(n) = msg
+        .strip_prefix(b"oom_kill_process: ")
+        .and_then(|r| r.strip_suffix(b" callbacks suppressed"))
+        .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
+    {
+        return Message::Suppressed(n);
+    }
+    let Some(body) = msg.strip_prefix(b"oom-kill:") else {
+        return Message::Other;
+    };
     parse_oom(body).map_or(Message::Truncated, Message::Oom)
 }
 
@@ -207,6 +218,8 @@ pub struct KmsgPass {
     pub ooms: Vec<OomKill>,
     pub records: u64,
     pub truncated: u64,
+    /// `oom-kill:` records the kernel's rate limit dropped (as it reported).
+    pub suppressed: u64,
     /// EPIPE: the ring overwrote records before they were read (each is one gap, of any size).
     pub overruns: u64,
     /// The per-tick bound stopped the pass before the log was drained (the rest is next tick).
@@ -319,6 +332,7 @@ fn count(m: Message, pass: &mut KmsgPass) {
         Message::Other => {}
         Message::Oom(k) => pass.ooms.push(k),
         Message::Truncated => pass.truncated += 1,
+        Message::Suppressed(n) => pass.suppressed += n,
     }
 }
 

@@ -204,7 +204,6 @@ impl KmsgSource {
         errors: &mut Vec<ReadError>,
     ) -> Option<KmsgTick> {
         let now = self.clock.now();
-        self.attributor.observe(now, inv);
         if self.reader.is_none() {
             let due = self
                 .denied
@@ -215,10 +214,13 @@ impl KmsgSource {
             }
         }
         let reader = self.reader.as_mut()?;
+        // Only while the log is read: paths serve to attribute its records, nothing else.
+        self.attributor.observe(now, inv);
         let KmsgPass {
             ooms,
             records,
             truncated,
+            suppressed,
             overruns,
             limited,
             error,
@@ -226,6 +228,7 @@ impl KmsgSource {
         let st = &mut self.status;
         st.records_total += records;
         st.oom_truncated_total += truncated;
+        st.oom_suppressed_total += suppressed;
         st.overruns_total += overruns;
         st.read_limited_total += u64::from(limited);
         errors.extend(error);

@@ -292,6 +292,17 @@ impl Tracker {
                     Some(container_id.clone()),
                 ),
                 Some(WorkloadKind::Unit) => (Kind::Unit, None, None, w.map(|w| w.cgroup.clone())),
+                // A unit known only from the kernel log (its cgroup gone) has no pod.
+                None if !logs.contains_key(id)
+                    && st.kmsg_last.as_ref().is_some_and(|k| k.2.is_none()) =>
+                {
+                    (
+                        Kind::Unit,
+                        None,
+                        None,
+                        st.kmsg_last.as_ref().map(|k| k.1.clone()),
+                    )
+                }
                 None => (
                     Kind::Container,
                     None,
@@ -498,4 +509,108 @@ fn sockets_of(tick: &TickSample, idxs: Option<&[usize]>) -> Option<Held<SocketCo
         value: sum,
         stale: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discover::kubelet::QosClass;
+    use crate::discover::{Inventory, PodCgroup, Workload};
+    use crate::sample::oom::{AttributedOom, KmsgTick};
+
+    fn mem(oom_kills: u64) -> MemorySample {
+        MemorySample {
+            usage_bytes: 1,
+            working_set_bytes: 1,
+            limit_bytes: None,
+            oom_kills,
+        }
+    }
+
+    /// A v2 pod whose container `app` runs as `instance`; the pod's `memory.events` says `pod_oom`.
+    fn tick(instance: &str, pod_oom: u64, kmsg: Option<Vec<&str>>) -> TickSample {
+        let id = WorkloadId::container("shop", "web-0", "app");
+        TickSample {
+            inventory: Inventory {
+                workloads: vec![Workload {
+                    id: id.clone(),
+                    kind: WorkloadKind::Container {
+                        pod_uid: "u".into(),
+                        container_id: instance.into(),
+                        qos: QosClass::Burstable,
+                    },
+                    cgroup: format!("/kubepods/burstable/podu/{instance}"),
+                    subtree: vec![],
+                }],
+                pods: vec![PodCgroup {
+                    namespace: "shop".into(),
+                    pod: "web-0".into(),
+                    uid: "u".into(),
+                    qos: QosClass::Burstable,
+                    cgroup: "/kubepods/burstable/podu".into(),
+                }],
+                sandboxes: 0,
+            },
+            memory: vec![Ok(Some(mem(0)))],
+            pod_memory: vec![Some(mem(pod_oom))],
+            kmsg: kmsg.map(|ks| KmsgTick {
+                ooms: ks
+                    .into_iter()
+                    .map(|i| AttributedOom {
+                        id: id.clone(),
+                        instance: i.into(),
+                        pod_uid: Some("u".into()),
+                    })
+                    .collect(),
+            }),
+            ..TickSample::default()
+        }
+    }
+
+    fn app_total(out: &[WorkloadSignals]) -> u64 {
+        out.iter()
+            .find(|w| w.id.container == "app")
+            .map_or(0, |w| w.oom_kills_total)
+    }
+
+    /// Killed, removed and restarted between two ticks: the pod's hierarchical counter and the
+    /// kernel log both saw the one kill; it counts once, with or without the log.
+    #[test]
+    fn a_kill_between_ticks_counts_once_from_either_source() {
+        let t = Instant::now();
+        let s = Duration::from_secs(5);
+        let mut with_log = Tracker::new();
+        with_log.update(t, &tick("aaaaaaaaaaaa", 0, Some(vec![])));
+        let (out, _) = with_log.update(t + s, &tick("bbbbbbbbbbbb", 1, Some(vec!["aaaaaaaaaaaa"])));
+        assert_eq!(app_total(&out), 1);
+        let mut without = Tracker::new();
+        without.update(t, &tick("aaaaaaaaaaaa", 0, None));
+        let (out, _) = without.update(t + s, &tick("bbbbbbbbbbbb", 1, None));
+        assert_eq!(app_total(&out), 1);
+    }
+
+    /// Gone with no log and no restart yet: still exported from the kernel log's record.
+    #[test]
+    fn a_killed_container_without_cgroup_or_log_stays_visible() {
+        let t = Instant::now();
+        let mut tr = Tracker::new();
+        tr.update(t, &tick("aaaaaaaaaaaa", 0, Some(vec![])));
+        let mut gone = tick("aaaaaaaaaaaa", 1, Some(vec!["aaaaaaaaaaaa"]));
+        gone.inventory.workloads.clear();
+        gone.memory.clear();
+        let (out, _) = tr.update(t + Duration::from_secs(5), &gone);
+        let w = out
+            .iter()
+            .find(|w| w.id.container == "app")
+            .expect("exported");
+        assert_eq!((w.oom_kills_total, w.cgroup.as_deref()), (1, None));
+        assert_eq!(w.container_id.as_deref(), Some("aaaaaaaaaaaa"));
+        let (out, _) = tr.update(t + IDENTITY_RETENTION + Duration::from_secs(10), &{
+            let mut t = tick("x", 1, Some(vec![]));
+            t.inventory.workloads.clear();
+            t.memory.clear();
+            t
+        });
+        assert!(out.is_empty(), "forgotten after the retention: {out:?}");
+    }
 }

@@ -280,7 +280,9 @@ fn rows() -> Vec<Row> {
                     .q("sum by (node, result) (rate(nodeguard_kmsg_oom_records_total{@N}[$__rate_interval]))", "{{node}} {{result}}")
                     .q("rate(nodeguard_kmsg_overruns_total{@N}[$__rate_interval])", "overruns/s {{node}}")
                     .q("rate(nodeguard_kmsg_read_limited_total{@N}[$__rate_interval])", "limited passes/s {{node}}")
-                    .q("nodeguard_kmsg_remembered_cgroups{@N}", "remembered cgroups {{node}}"),
+                    .q("rate(nodeguard_kmsg_records_total{@N}[$__rate_interval])", "records/s {{node}}")
+                    .q("nodeguard_kmsg_remembered_cgroups{@N}", "remembered cgroups {{node}}")
+                    .q("increase(nodeguard_kmsg_remembered_evicted_total{@N}[$__rate_interval])", "evicted early {{node}}"),
                 panel("Conntrack dump", Timeseries, "short", 12)
                     .desc("The host-table dump that attributes entries to pods (only above samplers.conntrack.dump_trigger).")
                     .q("nodeguard_conntrack_dump_entries{@N}", "entries {{node}}")
