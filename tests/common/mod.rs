@@ -207,6 +207,28 @@ impl TestNode {
         }
     }
 
+    /// On a pure v2 host, enables the memory and pids controllers for the children of the test
+    /// parent and of every cgroup on the way to `inner` (a pod), as kubelet does: without it a
+    /// container cgroup has no `memory.*` or `pids.*` files. Never on a container cgroup, which
+    /// holds processes (v2's no-internal-process rule).
+    pub fn delegate(&self, inner: &str) {
+        if !self.layout.memory_is_v2() {
+            return;
+        }
+        let root = self.layout.primary();
+        let mut dir = root.join(&self.name);
+        let parts: Vec<&str> = inner.split('/').filter(|c| !c.is_empty()).collect();
+        for i in 0..=parts.len() {
+            if i > 0 {
+                dir = dir.join(parts[i - 1]);
+            }
+            let f = dir.join("cgroup.subtree_control");
+            for ctl in ["+memory", "+pids"] {
+                std::fs::write(&f, ctl).unwrap_or_else(|e| panic!("{ctl} > {}: {e}", f.display()));
+            }
+        }
+    }
+
     /// Creates a leaf cgroup with any name the kernel takes (not UTF-8, `"`, `\\`) below the
     /// already created `parent`, in every hierarchy; removed on drop. Its path relative to a
     /// hierarchy root, or the error of the first `mkdir` (the kernel refuses a newline).
@@ -306,6 +328,7 @@ impl TestNode {
             ),
         };
         self.mkdir(&cgroup);
+        self.delegate(&cgroup);
         let pod = Pod {
             namespace: namespace.into(),
             name: name.into(),
