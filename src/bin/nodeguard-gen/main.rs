@@ -68,7 +68,8 @@ fn policy(repo: &Path, work: &Path) -> Result<Report, String> {
         .map_err(|e| format!("{}: {e}", dashboard::JSON_PATH))?;
     let objs = layout.objects(&tree);
     if let Some(cfg) = manifests::check_objects(&objs, &groups, &json, &mut r) {
-        std::fs::write(work.join("nodeguard.yaml"), cfg).map_err(|e| e.to_string())?;
+        let p = work.join("nodeguard.yaml");
+        std::fs::write(&p, cfg).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     r.note(format!(
         "{} objects in {} files, {} kustomizations",

@@ -71,7 +71,8 @@ fn backticked(text: &str) -> BTreeSet<String> {
             .bytes()
             .take_while(|b| b.is_ascii_lowercase() || *b == b'_')
             .count();
-        if rest.as_bytes().get(len) == Some(&b'`') {
+        // `nodeguard_` alone (the prefix, as prose writes it) names no metric.
+        if len > "nodeguard_".len() && rest.as_bytes().get(len) == Some(&b'`') {
             out.insert(rest[..len].to_owned());
         }
     }
@@ -226,7 +227,11 @@ mod tests {
     #[test]
     fn the_shipped_rules_pass() {
         let inp = shipped();
-        assert!(inp.documented.contains("nodeguard_up") || !inp.documented.is_empty());
+        // The documented names are read from the tables' code spans.
+        assert!(inp
+            .documented
+            .contains("nodeguard_container_oom_kills_total"));
+        assert!(!inp.documented.contains("nodeguard_"));
         let mut r = Report::default();
         check_alerts(&inp, &mut r);
         assert!(r.errors.is_empty(), "{:?}", r.errors);
