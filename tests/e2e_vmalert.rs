@@ -325,13 +325,6 @@ fn quiet_logger(log: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<
     })
 }
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 fn proc_field(pid: u32, file: &str, key: &str) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/{file}"))
         .unwrap_or_default()
@@ -471,7 +464,7 @@ fn shipped_rules_fire_for_the_offender_only_and_every_dashboard_panel_has_data()
         return;
     };
     for tool in ["victoria-metrics", "vmalert"] {
-        if !have(tool) {
+        if !common::net::have(tool) {
             common::cannot_run(&format!(
                 "{tool} is not installed (Debian victoria-metrics)"
             ));

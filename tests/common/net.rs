@@ -28,12 +28,7 @@ pub fn unavailable() -> Option<String> {
         return Some("real-kernel network test needs root (CI runs as root)".into());
     }
     for tool in ["ip", "nft", "nsenter", "conntrack", "sysctl", "ss"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if !found {
+        if !have(tool) {
             return Some(format!("{tool} is not installed"));
         }
     }
@@ -67,6 +62,14 @@ impl TestNode {
         self.guards.push(v.clone());
         v
     }
+}
+
+/// `tool` is on `PATH`.
+pub fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Runs a command and returns its stdout; panics with its stderr when it fails.
