@@ -6,7 +6,7 @@ use nodeguard::config::Http;
 use nodeguard::export::limits::{self, ServerStats};
 use nodeguard::export::metrics::{registry, SharedSnapshot};
 use nodeguard::export::server::{serve, Endpoints};
-use nodeguard::snapshot::Snapshot;
+use nodeguard::model::Snapshot;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};

@@ -5,7 +5,7 @@ use nodeguard::config::Http;
 use nodeguard::export::limits::{self, ServerStats};
 use nodeguard::export::metrics::{registry, SharedSnapshot};
 use nodeguard::export::server::{serve, Endpoints};
-use nodeguard::snapshot::Snapshot;
+use nodeguard::model::Snapshot;
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;

@@ -18,7 +18,7 @@ use nodeguard::action::state;
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::discover::kubelet::QosClass;
-use nodeguard::snapshot::{BreakerView, GuardStatus, Snapshot};
+use nodeguard::model::{BreakerView, GuardStatus, Snapshot};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;

@@ -13,7 +13,7 @@ use common::{Driver, TestNode};
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::discover::kubelet::QosClass;
-use nodeguard::snapshot::{SamplerStatus, Snapshot, WorkloadSignals};
+use nodeguard::model::{SamplerStatus, Snapshot, WorkloadSignals};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;

@@ -84,7 +84,7 @@ impl Collector for ConfigCollector {
 mod tests {
     use super::*;
     use crate::export::metrics::{registry, render};
-    use crate::snapshot::{ConfigStatus, Snapshot};
+    use crate::model::{ConfigStatus, Snapshot};
     use std::sync::{Arc, RwLock};
 
     #[test]

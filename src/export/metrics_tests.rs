@@ -2,12 +2,12 @@
 //! (always) and by promtool (the Prometheus parser; required as root or in CI).
 
 use super::*;
-use crate::sample::logs::LineCounts;
-use crate::sample::procs::ZombieParent;
-use crate::snapshot::{
+use crate::model::LineCounts;
+use crate::model::WorkloadId;
+use crate::model::ZombieParent;
+use crate::model::{
     BreakerView, GuardStatus, Held, MemoryValues, PendingView, PodSignals, SamplerStatus,
 };
-use crate::workload::WorkloadId;
 use std::collections::{BTreeSet, HashSet};
 
 /// Label values nobody should be able to turn into syntax.
@@ -30,7 +30,7 @@ fn hostile() -> Vec<String> {
 fn workload(ns: &str, pod: &str, container: &str, comms: &[String]) -> WorkloadSignals {
     WorkloadSignals {
         id: WorkloadId::container(ns, pod, container),
-        kind: crate::snapshot::Kind::Container,
+        kind: crate::model::Kind::Container,
         qos: None,
         pod_uid: Some("uid".into()),
         container_id: Some("cid".into()),

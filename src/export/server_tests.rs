@@ -4,7 +4,7 @@
 use super::*;
 use crate::export::limits::{self, ServerStats, TimeoutReason};
 use crate::export::metrics::registry;
-use crate::snapshot::Snapshot;
+use crate::model::Snapshot;
 use std::net::SocketAddr;
 use std::sync::RwLock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

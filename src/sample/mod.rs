@@ -14,12 +14,13 @@ pub mod selfstat;
 use crate::clock::Clock;
 use crate::discover::{read_procs, CgroupLayout, Discovery, Inventory};
 use crate::error::ReadError;
+use crate::model::{NodePids, PidsSample};
 use health::{thread_cpu, SamplerHealth};
 use logs::{ContainerLogSample, LogTailer};
 use memory::{MemoryReader, MemorySample};
 use net::sampler::{NetSample, NetSampler};
 use oom::{KmsgSource, KmsgTick};
-use pids::{NodePids, PidsReader, PidsSample};
+use pids::PidsReader;
 use procs::{ProcSummary, ProcTable};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -119,12 +120,12 @@ impl Samplers {
     }
 
     /// The kernel-log source's availability (with the network features in the snapshot).
-    pub fn features(&self) -> Vec<crate::snapshot::Feature> {
+    pub fn features(&self) -> Vec<crate::model::Feature> {
         self.kmsg.iter().map(KmsgSource::feature).collect()
     }
 
     /// The kernel-log source's counters, while it reads.
-    pub fn kmsg_status(&self) -> Option<crate::snapshot::KmsgStatus> {
+    pub fn kmsg_status(&self) -> Option<crate::model::KmsgStatus> {
         self.kmsg
             .as_ref()
             .filter(|k| k.feature().available)
@@ -132,11 +133,11 @@ impl Samplers {
     }
 
     /// What discovery and the log tailer skipped or hold after their last pass.
-    pub fn input_stats(&self) -> crate::snapshot::InputStats {
+    pub fn input_stats(&self) -> crate::model::InputStats {
         let d = self.discovery.stats();
         let l = self.logs.as_ref().map(|t| t.stats());
         let sc = self.net.socket_cache();
-        crate::snapshot::InputStats {
+        crate::model::InputStats {
             non_utf8_cgroups: d.non_utf8_cgroups,
             non_utf8_log_names: d.non_utf8_log_names,
             skipped_cgroups: d.skipped_cgroups,

@@ -8,13 +8,13 @@ pub mod rate;
 pub mod restarts;
 
 use crate::discover::WorkloadKind;
+use crate::model::WorkloadId;
+use crate::model::{Held, Kind, MemoryValues, PodSignals, SocketCounts, WorkloadSignals};
+use crate::model::{NodePids, PidsSample};
 use crate::sample::logs::{ContainerLogSample, LineCounts};
 use crate::sample::memory::MemorySample;
-use crate::sample::pids::{NodePids, PidsSample};
 use crate::sample::procs::ProcSummary;
 use crate::sample::TickSample;
-use crate::snapshot::{Held, Kind, MemoryValues, PodSignals, SocketCounts, WorkloadSignals};
-use crate::workload::WorkloadId;
 use full::FullEstimator;
 use oom::OomCount;
 use rate::RateWindow;
@@ -425,7 +425,7 @@ impl Tracker {
                 netns_sockets: net.and_then(|n| n.netns_sockets),
                 addresses: net.map(|n| n.addresses.clone()).unwrap_or_default(),
                 ephemeral_ports: net.and_then(|n| n.ports).map(|(available, usage)| {
-                    crate::snapshot::EphemeralPorts {
+                    crate::model::EphemeralPorts {
                         available,
                         used: usage.map(|u| u.used),
                         used_top_destination: usage.map(|u| u.used_top_destination),
@@ -514,8 +514,8 @@ fn sockets_of(tick: &TickSample, idxs: Option<&[usize]>) -> Option<Held<SocketCo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discover::kubelet::QosClass;
     use crate::discover::{Inventory, PodCgroup, Workload};
+    use crate::model::QosClass;
     use crate::sample::oom::{AttributedOom, KmsgTick};
 
     fn mem(oom_kills: u64) -> MemorySample {

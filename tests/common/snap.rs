@@ -1,8 +1,8 @@
 //! Lookups and assertions on a snapshot, shared by the real-kernel tests.
 
 use nodeguard::export::metrics::{registry, render, SharedSnapshot};
-use nodeguard::snapshot::{PodSignals, Snapshot, WorkloadSignals};
-use nodeguard::workload::WorkloadId;
+use nodeguard::model::WorkloadId;
+use nodeguard::model::{PodSignals, Snapshot, WorkloadSignals};
 use std::sync::{Arc, RwLock};
 
 pub fn find<'a>(s: &'a Snapshot, ns: &str, pod: &str, c: &str) -> &'a WorkloadSignals {

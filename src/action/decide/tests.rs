@@ -1,8 +1,8 @@
 //! The decider alone: no filesystem, no cgroup, no clock but the instants passed in.
 use super::*;
 use crate::config::Config;
-use crate::sample::logs::LineCounts;
-use crate::workload::WorkloadId;
+use crate::model::LineCounts;
+use crate::model::WorkloadId;
 
 const M: Duration = Duration::from_secs(60);
 
