@@ -223,7 +223,7 @@ fn full_snapshot(pods: usize) -> Snapshot {
 fn exposition(c: &mut Criterion) {
     let snap = full_snapshot(125);
     assert_eq!(snap.workloads.len(), 250);
-    let reg = registry(Arc::new(RwLock::new(Arc::new(snap))));
+    let reg = registry(Arc::new(RwLock::new(Arc::new(snap.into()))));
     let text = render(&reg).unwrap();
     eprintln!(
         "/metrics for 250 containers: {} bytes, {} series",

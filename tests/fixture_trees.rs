@@ -10,7 +10,7 @@ use nodeguard::discover::{CgroupLayout, Discovery, DiscoveryConfig};
 use nodeguard::export::metrics::{registry, render, SharedSnapshot};
 use nodeguard::model::LineCounts;
 use nodeguard::model::ZombieParent;
-use nodeguard::model::{Held, MemoryValues, PodSignals, Snapshot, WorkloadSignals};
+use nodeguard::model::{Held, MemoryValues, PodSignals, Published, Snapshot, WorkloadSignals};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -44,11 +44,11 @@ fn agent(root: &Path, node: &str) -> (Agent, ManualClock) {
     (agent, clock)
 }
 
-fn tick(root: &Path, node: &str) -> Snapshot {
+fn tick(root: &Path, node: &str) -> Published {
     agent(root, node).0.tick()
 }
 
-fn metrics(snap: Snapshot) -> String {
+fn metrics(snap: Published) -> String {
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(snap)));
     render(&registry(shared)).unwrap()
 }

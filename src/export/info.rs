@@ -102,7 +102,7 @@ mod tests {
             },
             ..Snapshot::default()
         };
-        let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(snap)));
+        let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(snap.into())));
         let mut r = registry(shared.clone());
         register(&mut r, shared);
         let text = render(&r).unwrap();

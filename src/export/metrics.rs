@@ -1,7 +1,7 @@
 //! Prometheus exposition of the last snapshot through a prometheus-client `Collector`: series
 //! exist only for what the snapshot holds, so vanished containers disappear with their cgroups.
 
-use crate::model::{Kind, Snapshot, WorkloadSignals};
+use crate::model::{Kind, Published, Snapshot, WorkloadSignals};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use std::fmt::Error;
 use std::sync::{Arc, RwLock};
 
-/// The snapshot shared between the tick loop (writer) and scrapes (readers).
-pub type SharedSnapshot = Arc<RwLock<Arc<Snapshot>>>;
+/// The last publication, shared between the tick loop (writer) and scrapes (readers).
+pub type SharedSnapshot = Arc<RwLock<Arc<Published>>>;
 
-pub fn latest(shared: &SharedSnapshot) -> Arc<Snapshot> {
+pub fn latest(shared: &SharedSnapshot) -> Arc<Published> {
     shared.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 

@@ -70,7 +70,7 @@ fn workload(ns: &str, pod: &str, container: &str, comms: &[String]) -> WorkloadS
     }
 }
 
-fn hostile_snapshot() -> Snapshot {
+fn hostile_snapshot() -> Published {
     let names = hostile();
     let mut s = Snapshot {
         node: "a\"b".into(),
@@ -104,7 +104,7 @@ fn hostile_snapshot() -> Snapshot {
         "c",
         &["uwsgi".into(), "uwsgi".into(), "n\"".into()],
     ));
-    s.guard = Some(GuardStatus {
+    let guard = GuardStatus {
         dry_run: true,
         state_quarantined: Some("/var/lib/\"x\n".into()),
         breakers: vec![BreakerView {
@@ -132,16 +132,19 @@ fn hostile_snapshot() -> Snapshot {
         }],
         actions: vec![(names[6].clone(), "freeze", "dry_run", 1)],
         ..GuardStatus::default()
-    });
+    };
     s.samplers.push(SamplerStatus {
         name: "processes",
         enabled: true,
         ..SamplerStatus::default()
     });
-    s
+    Published {
+        observed: s,
+        guard: Some(guard),
+    }
 }
 
-fn rendered(s: &Snapshot) -> String {
+fn rendered(s: &Published) -> String {
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(s.clone())));
     render(&registry(shared)).expect("render")
 }
@@ -450,7 +453,7 @@ fn documented() -> BTreeMap<String, (String, BTreeSet<String>)> {
 }
 
 /// The whole registry as the agent builds it: the snapshot's, the config's and the server's.
-fn rendered_all(s: &Snapshot) -> String {
+fn rendered_all(s: &Published) -> String {
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(s.clone())));
     let mut r = registry(shared.clone());
     crate::export::info::register(&mut r, shared.clone());
@@ -460,7 +463,7 @@ fn rendered_all(s: &Snapshot) -> String {
 
 #[test]
 fn docs_metrics_md_lists_every_family_with_its_type_and_labels() {
-    let mut code = families(&rendered_all(&Snapshot::default()));
+    let mut code = families(&rendered_all(&Published::default()));
     for (name, (_, labels)) in families(&rendered_all(&hostile_snapshot())) {
         code.entry(name).or_default().1.extend(labels);
     }

@@ -1,5 +1,5 @@
-//! The per-tick snapshot: everything the exporters, `/api/state` and (later) the rules read.
-//! Built once per tick, then shared read-only; scrapes never touch the kernel.
+//! The per-tick snapshot: everything one tick observed, which the rules, the exporters and
+//! `/api/state` read. Built once per tick, then shared read-only; scrapes never touch the kernel.
 
 use super::guard::GuardStatus;
 use super::workload::{QosClass, WorkloadId};
@@ -29,14 +29,42 @@ pub struct Snapshot {
     pub features: Vec<Feature>,
     /// The kernel-log OOM reader's counters; `None` while it is off or cannot read.
     pub kmsg: Option<KmsgStatus>,
-    /// Rules and breakers; `None` before the guard's first step.
-    pub guard: Option<GuardStatus>,
     pub samplers: Vec<SamplerStatus>,
     /// The configuration in force and its reloads.
     pub config: ConfigStatus,
     /// What the readers skipped or hold, so a hostile tree is visible rather than silent.
     pub inputs: InputStats,
     pub agent: AgentStats,
+}
+
+/// What the agent publishes after a tick: the snapshot, and the guard's verdict on it beside it
+/// (the guard reads the finished snapshot, so its verdict cannot be part of it). `/metrics`,
+/// `/api/state` and `/readyz` read the last one. It reads as its snapshot (`published.workloads`),
+/// and serializes as the snapshot's fields followed by `guard`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Published {
+    #[serde(flatten)]
+    pub observed: Snapshot,
+    /// Rules and breakers; `None` before the guard's first step.
+    pub guard: Option<GuardStatus>,
+}
+
+impl std::ops::Deref for Published {
+    type Target = Snapshot;
+
+    fn deref(&self) -> &Snapshot {
+        &self.observed
+    }
+}
+
+/// A snapshot published without a guard step (tests, benches, the state before the first tick).
+impl From<Snapshot> for Published {
+    fn from(observed: Snapshot) -> Published {
+        Published {
+            observed,
+            guard: None,
+        }
+    }
 }
 
 /// Counters of the kernel-log OOM reader (`sample::oom`), totals since the agent started.
