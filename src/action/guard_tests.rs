@@ -7,10 +7,9 @@ use crate::action::enforce::Enforcer;
 use crate::action::{Actuator, DryRun, Outcome, Recording};
 use crate::clock::ManualClock;
 use crate::config::Config;
-use crate::model::LineCounts;
-use crate::model::WorkloadId;
-use crate::model::WorkloadSignals;
-use crate::model::{Held, NodeConntrack, PodSignals, SocketCounts};
+use crate::model::{
+    Held, LineCounts, NodeConntrack, PodSignals, SocketCounts, WorkloadId, WorkloadSignals,
+};
 use std::path::Path;
 use std::time::Duration;
 

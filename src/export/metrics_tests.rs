@@ -2,11 +2,9 @@
 //! (always) and by promtool (the Prometheus parser; required as root or in CI).
 
 use super::*;
-use crate::model::LineCounts;
-use crate::model::WorkloadId;
-use crate::model::ZombieParent;
 use crate::model::{
-    BreakerView, GuardStatus, Held, MemoryValues, PendingView, PodSignals, SamplerStatus,
+    BreakerView, GuardStatus, Held, LineCounts, MemoryValues, PendingView, PodSignals, Published,
+    SamplerStatus, WorkloadId, ZombieParent,
 };
 use std::collections::{BTreeSet, HashSet};
 

@@ -8,13 +8,14 @@ pub mod rate;
 pub mod restarts;
 
 use crate::discover::WorkloadKind;
-use crate::model::WorkloadId;
-use crate::model::{Held, Kind, MemoryValues, PodSignals, SocketCounts, WorkloadSignals};
-use crate::model::{NodePids, PidsSample};
-use crate::sample::logs::{ContainerLogSample, LineCounts};
+use crate::model::{
+    Held, Kind, LineCounts, MemoryValues, NodePids, PidsSample, PodSignals, SocketCounts,
+    WorkloadId, WorkloadSignals,
+};
+use crate::sample::logs::ContainerLogSample;
 use crate::sample::memory::MemorySample;
 use crate::sample::procs::ProcSummary;
-use crate::sample::TickSample;
+use crate::sample::{Reading, TickSample};
 use full::FullEstimator;
 use oom::OomCount;
 use rate::RateWindow;
@@ -166,7 +167,7 @@ impl Tracker {
             let mut newest_mem = None;
             for &i in idxs {
                 match &tick.memory[i] {
-                    Ok(Some(m)) => {
+                    Reading::Read(m) => {
                         let inst = inv.workloads[i].instance();
                         let prev = st.oom_raw.get(inst).copied().unwrap_or(0);
                         let delta = m.oom_kills.saturating_sub(prev);
@@ -177,8 +178,8 @@ impl Tracker {
                         raw_now.insert(inst.to_owned(), m.oom_kills.max(prev));
                         newest_mem = Some(*m);
                     }
-                    Ok(None) => {}
-                    Err(()) => {
+                    Reading::Absent => {}
+                    Reading::Failed => {
                         mem_ok = false;
                         // Keep the baseline of an unreadable instance so no kill is counted twice.
                         let inst = inv.workloads[i].instance();
@@ -198,11 +199,15 @@ impl Tracker {
             // Pids: the newest instance's controller; a failed read keeps the last good value.
             if let Some(&i) = idxs.last() {
                 match tick.pids_controller.get(i) {
-                    Some(Ok(p)) => {
-                        st.pids = *p;
+                    Some(Reading::Read(p)) => {
+                        st.pids = Some(*p);
                         st.pids_stale = false;
                     }
-                    Some(Err(())) => st.pids_stale = true,
+                    Some(Reading::Absent) => {
+                        st.pids = None;
+                        st.pids_stale = false;
+                    }
+                    Some(Reading::Failed) => st.pids_stale = true,
                     None => st.pids = None,
                 }
             }
@@ -551,7 +556,7 @@ mod tests {
                 }],
                 sandboxes: 0,
             },
-            memory: vec![Ok(Some(mem(0)))],
+            memory: vec![Reading::Read(mem(0))],
             pod_memory: vec![Some(mem(pod_oom))],
             kmsg: kmsg.map(|ks| KmsgTick {
                 ooms: ks
