@@ -345,3 +345,31 @@ impl Snapshot {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_serializes_as_its_snapshot_and_the_guard() {
+        let observed = Snapshot {
+            node: "n1".into(),
+            ..Snapshot::default()
+        };
+        let p = Published {
+            observed,
+            guard: Some(GuardStatus {
+                dry_run: true,
+                ..GuardStatus::default()
+            }),
+        };
+        let mut v = serde_json::to_value(&p).expect("serialize");
+        let guard = v
+            .as_object_mut()
+            .and_then(|o| o.remove("guard"))
+            .expect("guard");
+        assert_eq!(guard["dry_run"], true);
+        assert_eq!(v, serde_json::to_value(&p.observed).expect("serialize"));
+        assert_eq!(p.node, "n1", "reads as its snapshot");
+    }
+}
