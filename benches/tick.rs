@@ -8,14 +8,14 @@ use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::config::Config;
 use nodeguard::export::metrics::{registry, render};
-use nodeguard::sample::logs::LineCounts;
-use nodeguard::sample::pids::PidsSample;
-use nodeguard::sample::procs::ZombieParent;
-use nodeguard::snapshot::{
+use nodeguard::model::LineCounts;
+use nodeguard::model::PidsSample;
+use nodeguard::model::WorkloadId;
+use nodeguard::model::ZombieParent;
+use nodeguard::model::{
     DumpStatus, EphemeralPorts, Held, MemoryValues, NetnsSockets, NodeConntrack, PodSignals,
     Snapshot, SocketCounts, WorkloadSignals,
 };
-use nodeguard::workload::WorkloadId;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
@@ -132,7 +132,7 @@ fn full_snapshot(pods: usize) -> Snapshot {
             states.insert("time_wait", 2);
             snap.workloads.push(WorkloadSignals {
                 id: WorkloadId::container(&namespace, &pod, if c == 0 { "app" } else { "sidecar" }),
-                kind: nodeguard::snapshot::Kind::Container,
+                kind: nodeguard::model::Kind::Container,
                 qos: None,
                 pod_uid: Some(uid.clone()),
                 container_id: Some(format!("{p:032x}{c:032x}")),
@@ -223,7 +223,7 @@ fn full_snapshot(pods: usize) -> Snapshot {
 fn exposition(c: &mut Criterion) {
     let snap = full_snapshot(125);
     assert_eq!(snap.workloads.len(), 250);
-    let reg = registry(Arc::new(RwLock::new(Arc::new(snap))));
+    let reg = registry(Arc::new(RwLock::new(Arc::new(snap.into()))));
     let text = render(&reg).unwrap();
     eprintln!(
         "/metrics for 250 containers: {} bytes, {} series",

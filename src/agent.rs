@@ -1,5 +1,7 @@
-//! The agent: wires the stages together (sample -> signal -> snapshot -> export) and runs the
-//! tick loop. `Agent::tick` is synchronous so tests drive it directly.
+//! The agent: wires the stages together and runs the tick loop. A tick samples (discover,
+//! sample), derives signals (signal) into a `Snapshot`, lets the guard step on it (rule, action),
+//! and returns both as a `Published`, which the loop hands to the readers (export). `Agent::tick`
+//! is synchronous so tests drive it directly.
 
 use crate::action::cgroup::{CgroupActuator, Freezer};
 use crate::action::enforce::Enforcer;
@@ -14,6 +16,9 @@ use crate::discover::{CgroupLayout, Discovery, DiscoveryConfig};
 use crate::export::limits::{self, ServerStats};
 use crate::export::metrics::{self, SharedSnapshot};
 use crate::export::server::{self, Endpoints};
+use crate::model::{
+    AgentStats, ConfigStatus, DumpStatus, GuardStatus, NodeConntrack, Published, Snapshot,
+};
 use crate::sample::logs::LogTailer;
 use crate::sample::memory::MemoryReader;
 use crate::sample::net::sampler::{ConntrackSettings, NetSampler};
@@ -23,7 +28,6 @@ use crate::sample::procs::ProcTable;
 use crate::sample::selfstat::SelfReader;
 use crate::sample::Samplers;
 use crate::signal::{full, NodeTrends, Tracker};
-use crate::snapshot::{AgentStats, ConfigStatus, DumpStatus, GuardStatus, NodeConntrack, Snapshot};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, UNIX_EPOCH};
@@ -268,8 +272,9 @@ impl Agent {
         }
     }
 
-    /// One full pass: sample every enabled source, derive signals, build the snapshot.
-    pub fn tick(&mut self) -> Snapshot {
+    /// One full pass: sample every enabled source, derive signals, build the snapshot, let the
+    /// guard step on it; returns both, to be published.
+    pub fn tick(&mut self) -> Published {
         let t0 = self.clock.now();
         let raw = self.samplers.sample();
         let now = self.clock.now();
@@ -281,7 +286,7 @@ impl Agent {
         self.ticks += 1;
         let own = self.selfstat.sample();
         let end = self.clock.now();
-        let mut snap = Snapshot {
+        let observed = Snapshot {
             timestamp: unix_seconds(self.clock.as_ref()),
             node: self.node.clone(),
             cgroup_layout: self.layout.name().to_owned(),
@@ -322,12 +327,11 @@ impl Agent {
                 open_fds: own.open_fds,
                 start_time_seconds: self.started,
             },
-            guard: None,
             config: self.config_status.clone(),
         };
-        // Rules read the finished snapshot; their verdicts join it for export.
-        snap.guard = Some(self.guard.step(&snap));
-        snap
+        // Rules read the finished snapshot; their verdict is published beside it.
+        let guard = Some(self.guard.step(&observed));
+        Published { observed, guard }
     }
 
     /// Fail open: thaw whatever the guard froze (holds are kept in the state file).
@@ -406,7 +410,7 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
     let file = source.file.clone();
     agent.set_config_source(file.as_ref().map(|p| p.display().to_string()), &source.text);
     tracing::info!(layout = agent.layout().name(), listen = %listen, interval = ?interval, config_hash = %agent.config_status().hash, "nodeguard starting");
-    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
+    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Published::default())));
     let stats = Arc::new(ServerStats::default());
     let mut registry = metrics::registry(shared.clone());
     limits::register(&mut registry, stats.clone(), shared.clone());
@@ -487,12 +491,15 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
         })
         .await?;
         // Shown at once (not at the next tick): the config in force and the guard's mode.
-        let mut snap = (*metrics::latest(&shared)).clone();
-        snap.config = agent.config_status().clone();
-        if snap.guard.is_some() {
-            snap.guard = Some(agent.guard_status());
-        }
-        *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
+        let last = metrics::latest(&shared);
+        let republished = Published {
+            observed: Snapshot {
+                config: agent.config_status().clone(),
+                ..last.observed.clone()
+            },
+            guard: last.guard.as_ref().map(|_| agent.guard_status()),
+        };
+        *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(republished);
         if agent.config().interval != interval {
             interval = agent.config().interval;
             ticker = ticker_every(interval);

@@ -1,8 +1,9 @@
 //! nodeguard: watches the symptoms a runaway container inflicts on its node and exports them.
 //!
-//! Data flows one way: `discover` + `sample` (kernel reads) -> `signal` (per-workload values that
-//! survive restarts) -> `snapshot` -> `rule` (held thresholds) -> `action` (breakers, freeze/kill)
-//! -> `export`.
+//! Data flows one way: `config` -> `discover` + `sample` (kernel reads) -> `signal` (per-workload
+//! values that survive restarts, into a `model::Snapshot`) -> `rule` (held thresholds) -> `action`
+//! (breakers, freeze/kill) -> `model::Published` -> `export`, `status`. Every stage passes on
+//! `model` types, and no module names a stage after its own (`tests/layering.rs`).
 
 pub mod action;
 pub mod agent;
@@ -13,9 +14,8 @@ pub mod discover;
 pub mod error;
 pub mod export;
 pub mod fsio;
+pub mod model;
 pub mod rule;
 pub mod sample;
 pub mod signal;
-pub mod snapshot;
 pub mod status;
-pub mod workload;

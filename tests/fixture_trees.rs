@@ -9,7 +9,7 @@ use nodeguard::config::Config;
 use nodeguard::discover::names::NameSource;
 use nodeguard::discover::{CgroupLayout, Discovery, DiscoveryConfig};
 use nodeguard::export::metrics::{registry, render, SharedSnapshot};
-use nodeguard::snapshot::{Held, PodSignals, Snapshot, WorkloadSignals};
+use nodeguard::model::{Held, PodSignals, Published, Snapshot, WorkloadSignals};
 use std::fmt::{Display, Write as _};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -42,11 +42,11 @@ fn agent(root: &Path, node: &str) -> (Agent, ManualClock) {
     (agent, clock)
 }
 
-fn tick(root: &Path, node: &str) -> Snapshot {
+fn tick(root: &Path, node: &str) -> Published {
     agent(root, node).0.tick()
 }
 
-fn metrics(snap: Snapshot) -> String {
+fn metrics(snap: Published) -> String {
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(snap)));
     render(&registry(shared)).unwrap()
 }

@@ -6,14 +6,14 @@ use nodeguard::config::Http;
 use nodeguard::export::limits::{self, ServerStats};
 use nodeguard::export::metrics::{registry, SharedSnapshot};
 use nodeguard::export::server::{serve, Endpoints};
-use nodeguard::snapshot::Snapshot;
+use nodeguard::model::Published;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
 #[tokio::test(start_paused = true)]
 async fn accept_errors_back_off_and_recover() {
-    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
+    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Published::default())));
     let stats = Arc::new(ServerStats::default());
     let mut reg = registry(shared.clone());
     limits::register(&mut reg, stats.clone(), shared.clone());

@@ -5,7 +5,7 @@ use nodeguard::config::Http;
 use nodeguard::export::limits::{self, ServerStats};
 use nodeguard::export::metrics::{registry, SharedSnapshot};
 use nodeguard::export::server::{serve, Endpoints};
-use nodeguard::snapshot::Snapshot;
+use nodeguard::model::Published;
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -60,7 +60,7 @@ async fn two_thousand_idle_connections_hold_at_most_the_cap() {
     }
     assert!(hard >= need, "RLIMIT_NOFILE hard limit {hard} < {need}");
 
-    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
+    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Published::default())));
     let stats = Arc::new(ServerStats::default());
     let mut reg = registry(shared.clone());
     limits::register(&mut reg, stats.clone(), shared.clone());

@@ -334,7 +334,7 @@ fn plain_host_cgroups_are_workloads_named_by_unit() {
     let units: Vec<(String, u64)> = snap
         .workloads
         .iter()
-        .filter(|w| w.kind == nodeguard::snapshot::Kind::Unit)
+        .filter(|w| w.kind == nodeguard::model::Kind::Unit)
         .map(|w| {
             (
                 w.id.container.clone(),

@@ -10,7 +10,7 @@ use common::{Container, Driver, TestNode};
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::discover::kubelet::QosClass;
-use nodeguard::snapshot::{EphemeralPorts, Snapshot};
+use nodeguard::model::{EphemeralPorts, Snapshot};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;

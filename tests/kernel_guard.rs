@@ -18,7 +18,7 @@ use nodeguard::action::state;
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::discover::kubelet::QosClass;
-use nodeguard::snapshot::{BreakerView, GuardStatus, Snapshot};
+use nodeguard::model::{BreakerView, GuardStatus, Published};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
@@ -37,7 +37,7 @@ const STORM_PORT: &str = "7411";
 const FOR: Duration = Duration::from_secs(2);
 const HOLD: Duration = Duration::from_secs(4);
 
-fn guard(s: &Snapshot) -> &GuardStatus {
+fn guard(s: &Published) -> &GuardStatus {
     s.guard.as_ref().expect("the guard stepped")
 }
 
@@ -65,7 +65,7 @@ fn who(b: &BreakerView) -> (&str, &str, &str, &str, &str, &str, &str) {
 
 /// One tick with the instants just before and after it: the guard's own `now` lies in between.
 struct Tick {
-    snap: Snapshot,
+    snap: Published,
     before: Instant,
     after: Instant,
     wall: SystemTime,

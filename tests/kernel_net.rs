@@ -13,7 +13,7 @@ use common::{Driver, TestNode};
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::discover::kubelet::QosClass;
-use nodeguard::snapshot::{SamplerStatus, Snapshot, WorkloadSignals};
+use nodeguard::model::{Published, SamplerStatus, Snapshot, WorkloadSignals};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
@@ -69,7 +69,7 @@ fn agent(n: &TestNode, host: &Netns) -> Agent {
 
 /// Ticks until a host-scope dump made after the start is in the snapshot and every pod carries
 /// its share (the worker finishes between ticks). Bounded: 50 ticks, 100 ms apart.
-fn tick_until_dumped(agent: &mut Agent) -> Snapshot {
+fn tick_until_dumped(agent: &mut Agent) -> Published {
     let start = Instant::now();
     let mut last = None;
     for _ in 0..50 {

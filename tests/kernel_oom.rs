@@ -7,9 +7,9 @@ mod common;
 use common::snap::{assert_line, find, metrics_text};
 use common::{cannot_run, node, Container, Driver, TestNode};
 use nodeguard::discover::kubelet::QosClass;
+use nodeguard::model::Snapshot;
+use nodeguard::model::WorkloadId;
 use nodeguard::sample::kmsg::KmsgReader;
-use nodeguard::snapshot::Snapshot;
-use nodeguard::workload::WorkloadId;
 use std::os::unix::process::ExitStatusExt;
 
 const MIB: u64 = 1 << 20;

@@ -54,8 +54,7 @@ fn non_utf8_cgroup_is_visible_escaped_and_read_at_its_own_path() {
         esc.cgroup.as_deref(),
         Some(format!("/{}/ng\\xff.scope", n.name).as_str())
     );
-    let limit =
-        |w: &nodeguard::snapshot::WorkloadSignals| w.memory.and_then(|m| m.value.limit_bytes);
+    let limit = |w: &nodeguard::model::WorkloadSignals| w.memory.and_then(|m| m.value.limit_bytes);
     assert_eq!(limit(esc), Some(64 << 20));
     assert_eq!(limit(real), Some(128 << 20));
     drop(snap);

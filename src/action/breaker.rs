@@ -1,7 +1,7 @@
 //! One breaker: a workload identity (namespace, owner, container) tripped by one rule. Open while
 //! the hold lasts, half-open during probation after it, removed (closed) once probation passes.
 
-use crate::rule::{ActionKind, HoldPolicy};
+use crate::model::{ActionKind, HoldPolicy};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

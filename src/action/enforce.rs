@@ -12,7 +12,7 @@ use super::decide::{Command, Pin, Report};
 use super::notify::Notifier;
 use super::state::{self, ActedCgroup, StateFile};
 use super::{Actuator, Outcome};
-use crate::rule::ActionKind;
+use crate::model::ActionKind;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 

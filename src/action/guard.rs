@@ -9,7 +9,7 @@ use super::state;
 use super::Actuator;
 use crate::clock::Clock;
 use crate::config::guard::GuardConfig;
-use crate::snapshot::{GuardStatus, Snapshot};
+use crate::model::{GuardStatus, Snapshot};
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 

@@ -7,10 +7,9 @@ use crate::action::enforce::Enforcer;
 use crate::action::{Actuator, DryRun, Outcome, Recording};
 use crate::clock::ManualClock;
 use crate::config::Config;
-use crate::sample::logs::LineCounts;
-use crate::snapshot::WorkloadSignals;
-use crate::snapshot::{Held, NodeConntrack, PodSignals, SocketCounts};
-use crate::workload::WorkloadId;
+use crate::model::{
+    Held, LineCounts, NodeConntrack, PodSignals, SocketCounts, WorkloadId, WorkloadSignals,
+};
 use std::path::Path;
 use std::time::Duration;
 
@@ -104,7 +103,7 @@ fn w(r: &Rig, ns: &str, pod: &str, c: &str, id: &str, per_min: u64) -> WorkloadS
     mkcg(r.dir.path(), &cgroup);
     WorkloadSignals {
         id: WorkloadId::container(ns, pod, c),
-        kind: crate::snapshot::Kind::Container,
+        kind: crate::model::Kind::Container,
         qos: None,
         pod_uid: Some(format!("uid-{pod}")),
         container_id: Some(id.into()),
@@ -356,7 +355,7 @@ fn protected_namespaces_globs_and_units_are_never_acted_on() {
         "  protect:\n    namespaces: [kube-system]\n    workloads: [\"monitoring/victoria-*/*\"]\n",
     );
     let mut unit = w(&r, "", "", "feeds.service", "u", 5000);
-    unit.kind = crate::snapshot::Kind::Unit;
+    unit.kind = crate::model::Kind::Unit;
     unit.pod_uid = None;
     let s = snap(vec![
         w(

@@ -5,6 +5,7 @@
 //! The webhook speaks plain HTTP/1.1 over `std::net`: one POST needs no async client, and the
 //! in-cluster Alertmanager endpoint is plain HTTP.
 
+use crate::config::guard::split_url;
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -132,24 +133,6 @@ fn webhook_worker(url: String, rx: Receiver<Event>) {
     }
 }
 
-/// Pure: `http://host:port/path` -> (host:port, path).
-pub fn split_url(url: &str) -> Option<(String, String)> {
-    let rest = url.strip_prefix("http://")?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    if authority.is_empty() {
-        return None;
-    }
-    let authority = if authority.contains(':') {
-        authority.to_owned()
-    } else {
-        format!("{authority}:80")
-    };
-    Some((authority, path.to_owned()))
-}
-
 fn post(url: &str, body: &str) -> std::io::Result<u16> {
     let (authority, path) = split_url(url).ok_or_else(|| {
         std::io::Error::new(
@@ -181,17 +164,6 @@ fn post(url: &str, body: &str) -> std::io::Result<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls() {
-        assert_eq!(
-            split_url("http://am:9093/api/v2/alerts"),
-            Some(("am:9093".into(), "/api/v2/alerts".into()))
-        );
-        assert_eq!(split_url("http://am"), Some(("am:80".into(), "/".into())));
-        assert_eq!(split_url("https://am"), None);
-        assert_eq!(split_url("http:///x"), None);
-    }
 
     #[test]
     fn backoff_is_capped_with_jitter() {

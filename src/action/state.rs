@@ -4,7 +4,7 @@
 pub use super::breaker::ActedCgroup;
 use super::breaker::{BreakerId, BreakerState};
 use crate::error::{ParseError, ReadError};
-use crate::rule::ActionKind;
+use crate::model::ActionKind;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -3,10 +3,10 @@
 
 use super::bounds::{Bounds, MAX_COUNT, MAX_DURATION, POSITIVE};
 use super::FieldError;
-use crate::rule::hold::{Direction, HoldSpec};
-use crate::rule::restart_loop::RestartLoopSpec;
-use crate::rule::signal::{Scope, SignalKind};
-use crate::rule::{ActionKind, Condition, HoldPolicy, Rule};
+use crate::model::{
+    ActionKind, Condition, Direction, HoldPolicy, HoldSpec, RestartLoopSpec, Rule, Scope,
+    SignalKind,
+};
 use serde::{Deserialize, Deserializer};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -316,7 +316,7 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
             format!("{} must be an absolute path", raw.state_file.display()),
         );
     }
-    if !raw.webhook_url.is_empty() && crate::action::notify::split_url(&raw.webhook_url).is_none() {
+    if !raw.webhook_url.is_empty() && split_url(&raw.webhook_url).is_none() {
         b.error(
             "guard.webhook_url",
             format!(
@@ -458,12 +458,42 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
     }
 }
 
+/// Pure: `http://host:port/path` -> (host:port, path): the webhook URLs `guard.webhook_url`
+/// accepts and the notifier posts to.
+pub fn split_url(url: &str) -> Option<(String, String)> {
+    let rest = url.strip_prefix("http://")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() {
+        return None;
+    }
+    let authority = if authority.contains(':') {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    };
+    Some((authority, path.to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
+    use super::split_url;
     use crate::config::Config;
-    use crate::rule::hold::Direction;
-    use crate::rule::Condition;
+    use crate::model::{Condition, Direction};
     use std::time::Duration;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            split_url("http://am:9093/api/v2/alerts"),
+            Some(("am:9093".into(), "/api/v2/alerts".into()))
+        );
+        assert_eq!(split_url("http://am"), Some(("am:80".into(), "/".into())));
+        assert_eq!(split_url("https://am"), None);
+        assert_eq!(split_url("http:///x"), None);
+    }
 
     fn errors(rules: &str) -> Vec<String> {
         match Config::from_yaml(&format!("guard:\n  rules:\n{rules}")) {

@@ -102,10 +102,19 @@ impl Default for LogsSampler {
         LogsSampler {
             enabled: true,
             max_bytes_per_tick: 256 << 20,
-            max_open_files: crate::sample::logs::tailer::DEFAULT_MAX_OPEN_FILES,
+            max_open_files: DEFAULT_MAX_OPEN_FILES,
         }
     }
 }
+
+/// Default cap on open log files: a 110-pod node has about 660 container logs; 4096 leaves room
+/// for 500-pod nodes. The tailer lowers it to half the fd limit, keeping the other half for the
+/// samplers and the HTTP server.
+pub const DEFAULT_MAX_OPEN_FILES: usize = 4096;
+
+/// Default of `samplers.sockets.full_walk_every`: every pod re-walked at least once a minute at
+/// the 5 s interval, for ~1/12 of a full pass per tick.
+pub const DEFAULT_FULL_WALK_EVERY: u32 = 12;
 
 /// Largest `samplers.sockets.full_walk_every`: a day of 5 s ticks.
 pub const MAX_FULL_WALK_EVERY: u64 = 17_280;
@@ -130,7 +139,7 @@ impl Default for SocketsSampler {
         SocketsSampler {
             enabled: true,
             tcp_states: false,
-            full_walk_every: crate::sample::net::fdcache::DEFAULT_FULL_WALK_EVERY,
+            full_walk_every: DEFAULT_FULL_WALK_EVERY,
         }
     }
 }

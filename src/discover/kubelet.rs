@@ -3,25 +3,8 @@
 //! systemd: `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice/cri-containerd-<id>.scope`
 //! cgroupfs: `kubepods/burstable/pod<uid>/<id>`; guaranteed pods sit directly under `kubepods`.
 
+pub use crate::model::QosClass;
 use serde::Serialize;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum QosClass {
-    Guaranteed,
-    Burstable,
-    BestEffort,
-}
-
-impl QosClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QosClass::Guaranteed => "guaranteed",
-            QosClass::Burstable => "burstable",
-            QosClass::BestEffort => "besteffort",
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

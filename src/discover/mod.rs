@@ -7,7 +7,7 @@ pub mod names;
 
 use crate::error::ReadError;
 use crate::fsio::{self, escape_name, unescape_name, EntryKind};
-use crate::workload::WorkloadId;
+use crate::model::WorkloadId;
 use kubelet::{KubeCgroup, QosClass};
 pub use layout::CgroupLayout;
 use names::{NameIndex, NameSource};

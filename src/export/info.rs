@@ -84,7 +84,7 @@ impl Collector for ConfigCollector {
 mod tests {
     use super::*;
     use crate::export::metrics::{registry, render};
-    use crate::snapshot::{ConfigStatus, Snapshot};
+    use crate::model::{ConfigStatus, Snapshot};
     use std::sync::{Arc, RwLock};
 
     #[test]
@@ -102,7 +102,7 @@ mod tests {
             },
             ..Snapshot::default()
         };
-        let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(snap)));
+        let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(snap.into())));
         let mut r = registry(shared.clone());
         register(&mut r, shared);
         let text = render(&r).unwrap();

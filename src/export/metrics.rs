@@ -1,7 +1,7 @@
 //! Prometheus exposition of the last snapshot through a prometheus-client `Collector`: series
 //! exist only for what the snapshot holds, so vanished containers disappear with their cgroups.
 
-use crate::snapshot::{Kind, Snapshot, WorkloadSignals};
+use crate::model::{Kind, Published, Snapshot, WorkloadSignals};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use std::fmt::Error;
 use std::sync::{Arc, RwLock};
 
-/// The snapshot shared between the tick loop (writer) and scrapes (readers).
-pub type SharedSnapshot = Arc<RwLock<Arc<Snapshot>>>;
+/// The last publication, shared between the tick loop (writer) and scrapes (readers).
+pub type SharedSnapshot = Arc<RwLock<Arc<Published>>>;
 
-pub fn latest(shared: &SharedSnapshot) -> Arc<Snapshot> {
+pub fn latest(shared: &SharedSnapshot) -> Arc<Published> {
     shared.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
@@ -264,7 +264,7 @@ impl Collector for SnapshotCollector {
                 Some((lb, p.oom_kills_total?))
             }),
         )?;
-        let pl = |p: &crate::snapshot::PodSignals| {
+        let pl = |p: &crate::model::PodSignals| {
             let mut lb: Labels = vec![("namespace", p.namespace.clone()), ("pod", p.pod.clone())];
             lb.extend(node.iter().cloned());
             lb
@@ -506,7 +506,7 @@ impl Collector for SnapshotCollector {
             Counter,
             k.map(|k| (node.clone(), k.remembered_evicted_total)),
         )?;
-        let bl = |b: &crate::snapshot::BreakerView| {
+        let bl = |b: &crate::model::BreakerView| {
             let mut lb: Labels = vec![
                 ("namespace", b.namespace.clone()),
                 ("pod", b.pod.clone()),

@@ -2,12 +2,10 @@
 //! (always) and by promtool (the Prometheus parser; required as root or in CI).
 
 use super::*;
-use crate::sample::logs::LineCounts;
-use crate::sample::procs::ZombieParent;
-use crate::snapshot::{
-    BreakerView, GuardStatus, Held, MemoryValues, PendingView, PodSignals, SamplerStatus,
+use crate::model::{
+    BreakerView, GuardStatus, Held, LineCounts, MemoryValues, PendingView, PodSignals, Published,
+    SamplerStatus, WorkloadId, ZombieParent,
 };
-use crate::workload::WorkloadId;
 use std::collections::{BTreeSet, HashSet};
 
 /// Label values nobody should be able to turn into syntax.
@@ -30,7 +28,7 @@ fn hostile() -> Vec<String> {
 fn workload(ns: &str, pod: &str, container: &str, comms: &[String]) -> WorkloadSignals {
     WorkloadSignals {
         id: WorkloadId::container(ns, pod, container),
-        kind: crate::snapshot::Kind::Container,
+        kind: crate::model::Kind::Container,
         qos: None,
         pod_uid: Some("uid".into()),
         container_id: Some("cid".into()),
@@ -70,7 +68,7 @@ fn workload(ns: &str, pod: &str, container: &str, comms: &[String]) -> WorkloadS
     }
 }
 
-fn hostile_snapshot() -> Snapshot {
+fn hostile_snapshot() -> Published {
     let names = hostile();
     let mut s = Snapshot {
         node: "a\"b".into(),
@@ -104,7 +102,7 @@ fn hostile_snapshot() -> Snapshot {
         "c",
         &["uwsgi".into(), "uwsgi".into(), "n\"".into()],
     ));
-    s.guard = Some(GuardStatus {
+    let guard = GuardStatus {
         dry_run: true,
         state_quarantined: Some("/var/lib/\"x\n".into()),
         breakers: vec![BreakerView {
@@ -132,16 +130,19 @@ fn hostile_snapshot() -> Snapshot {
         }],
         actions: vec![(names[6].clone(), "freeze", "dry_run", 1)],
         ..GuardStatus::default()
-    });
+    };
     s.samplers.push(SamplerStatus {
         name: "processes",
         enabled: true,
         ..SamplerStatus::default()
     });
-    s
+    Published {
+        observed: s,
+        guard: Some(guard),
+    }
 }
 
-fn rendered(s: &Snapshot) -> String {
+fn rendered(s: &Published) -> String {
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(s.clone())));
     render(&registry(shared)).expect("render")
 }
@@ -450,7 +451,7 @@ fn documented() -> BTreeMap<String, (String, BTreeSet<String>)> {
 }
 
 /// The whole registry as the agent builds it: the snapshot's, the config's and the server's.
-fn rendered_all(s: &Snapshot) -> String {
+fn rendered_all(s: &Published) -> String {
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(s.clone())));
     let mut r = registry(shared.clone());
     crate::export::info::register(&mut r, shared.clone());
@@ -460,7 +461,7 @@ fn rendered_all(s: &Snapshot) -> String {
 
 #[test]
 fn docs_metrics_md_lists_every_family_with_its_type_and_labels() {
-    let mut code = families(&rendered_all(&Snapshot::default()));
+    let mut code = families(&rendered_all(&Published::default()));
     for (name, (_, labels)) in families(&rendered_all(&hostile_snapshot())) {
         code.entry(name).or_default().1.extend(labels);
     }

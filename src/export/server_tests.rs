@@ -4,7 +4,7 @@
 use super::*;
 use crate::export::limits::{self, ServerStats, TimeoutReason};
 use crate::export::metrics::registry;
-use crate::snapshot::Snapshot;
+use crate::model::Published;
 use std::net::SocketAddr;
 use std::sync::RwLock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,7 +24,7 @@ fn http(max: usize, idle: u64, header: u64, write: u64) -> Http {
 }
 
 fn endpoints(stats: &Arc<ServerStats>) -> Endpoints {
-    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
+    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Published::default())));
     let mut reg = registry(shared.clone());
     limits::register(&mut reg, stats.clone(), shared.clone());
     Endpoints {

@@ -3,45 +3,8 @@
 //! A threshold holds while the value is above it (`above`) or, for times to full, below it
 //! (`below`). A stale sample neither advances nor resets anything.
 
+use crate::model::HoldSpec;
 use std::time::{Duration, Instant};
-
-/// Which side of the threshold holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Direction {
-    /// Holds while the value is strictly above the threshold; clears at or below `clear_at`.
-    #[default]
-    Above,
-    /// Holds while the value is strictly below the threshold; clears at or above `clear_at`.
-    Below,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HoldSpec {
-    pub threshold: f64,
-    /// Clears only at or beyond this, on the other side (hysteresis); defaults to `threshold`.
-    pub clear_at: f64,
-    pub hold_for: Duration,
-    pub clear_for: Duration,
-    pub direction: Direction,
-}
-
-impl HoldSpec {
-    /// The value is on the holding side of the threshold.
-    pub fn exceeds(&self, value: f64) -> bool {
-        match self.direction {
-            Direction::Above => value > self.threshold,
-            Direction::Below => value < self.threshold,
-        }
-    }
-
-    /// The value is back at or beyond the clear level.
-    fn back(&self, value: f64) -> bool {
-        match self.direction {
-            Direction::Above => value <= self.clear_at,
-            Direction::Below => value >= self.clear_at,
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transition {
@@ -111,6 +74,7 @@ impl HoldTimer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Direction;
 
     const S: Duration = Duration::from_secs(1);
 

@@ -5,67 +5,12 @@ pub mod hold;
 pub mod restart_loop;
 pub mod signal;
 
-use crate::snapshot::Snapshot;
-use hold::{HoldSpec, HoldTimer, Transition};
-use restart_loop::{RestartLoop, RestartLoopSpec};
-use serde::{Deserialize, Serialize};
-use signal::{observe, Scope, SignalKind, Target};
+use crate::model::{Condition, Rule, Scope, SignalKind, Snapshot};
+use hold::{HoldTimer, Transition};
+use restart_loop::RestartLoop;
+use signal::{observe, Target};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ActionKind {
-    Freeze,
-    Kill,
-    Report,
-}
-
-impl ActionKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActionKind::Freeze => "freeze",
-            ActionKind::Kill => "kill",
-            ActionKind::Report => "report",
-        }
-    }
-}
-
-/// How long a tripped breaker holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HoldPolicy {
-    For(Duration),
-    /// Until the owner deploys a new revision (or an operator releases it).
-    UntilNewRevision,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Condition {
-    Threshold {
-        signal: SignalKind,
-        spec: HoldSpec,
-        /// Node rules: the top contributor must itself be above this to be acted on.
-        contributor_floor: f64,
-    },
-    RestartLoop(RestartLoopSpec),
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rule {
-    pub name: String,
-    pub condition: Condition,
-    pub action: ActionKind,
-    pub hold: HoldPolicy,
-}
-
-impl Rule {
-    pub fn threshold(&self) -> f64 {
-        match &self.condition {
-            Condition::Threshold { spec, .. } => spec.threshold,
-            Condition::RestartLoop(s) => f64::from(s.bursts),
-        }
-    }
-}
 
 /// A rule that holds on a target (reported every tick while it holds, so the guard can act
 /// later if it could not act at once).

@@ -2,16 +2,9 @@
 //! lull is a loop. A burst is `burst_restarts` restarts within `burst_window`; `bursts` bursts
 //! within the sliding `window` trip the rule.
 
+use crate::model::RestartLoopSpec;
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RestartLoopSpec {
-    pub burst_restarts: u32,
-    pub burst_window: Duration,
-    pub bursts: u32,
-    pub window: Duration,
-}
+use std::time::Instant;
 
 #[derive(Debug, Clone, Default)]
 pub struct RestartLoop {
@@ -67,6 +60,7 @@ impl RestartLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const M: Duration = Duration::from_secs(60);
 

@@ -1,90 +1,6 @@
 //! What a rule can watch, and how each value is read from the snapshot.
 
-use crate::snapshot::{Snapshot, WorkloadSignals};
-use crate::workload::WorkloadId;
-use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SignalKind {
-    // Per container.
-    TcpSockets,
-    UdpSockets,
-    LogLinesPerMinute,
-    StderrLinesPerMinute,
-    MemoryWorkingSetFraction,
-    Zombies,
-    Restarts,
-    /// `pids.current`: threads and zombies.
-    Pids,
-    /// `pids.current / pids.max` (no value when unlimited).
-    PidsFraction,
-    /// Seconds until the working set reaches the limit (no value while not growing).
-    MemoryFullIn,
-    // Per pod: acts on every container of the pod.
-    ConntrackEntries,
-    // Per node: acts on the top contributor.
-    NodeConntrackFraction,
-    NodeZombies,
-    /// Node tasks / `min(pid_max, threads-max)`; acts on the top container by `pids`.
-    NodePidsFraction,
-    /// Seconds until the node's conntrack table is full; acts on the top pod by entries.
-    NodeConntrackFullIn,
-    /// Seconds until the node's task table is full; acts on the top container by `pids`.
-    NodePidsFullIn,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    Container,
-    Pod,
-    Node,
-}
-
-impl SignalKind {
-    pub fn scope(self) -> Scope {
-        match self {
-            SignalKind::ConntrackEntries => Scope::Pod,
-            SignalKind::NodeConntrackFraction
-            | SignalKind::NodeZombies
-            | SignalKind::NodePidsFraction
-            | SignalKind::NodeConntrackFullIn
-            | SignalKind::NodePidsFullIn => Scope::Node,
-            _ => Scope::Container,
-        }
-    }
-
-    /// A ratio in 0..=1 (thresholds are fractions).
-    pub fn is_fraction(self) -> bool {
-        matches!(
-            self,
-            SignalKind::MemoryWorkingSetFraction
-                | SignalKind::NodeConntrackFraction
-                | SignalKind::PidsFraction
-                | SignalKind::NodePidsFraction
-        )
-    }
-
-    /// A time to full in seconds: rules on it hold `below` a duration.
-    pub fn is_time(self) -> bool {
-        matches!(
-            self,
-            SignalKind::MemoryFullIn | SignalKind::NodeConntrackFullIn | SignalKind::NodePidsFullIn
-        )
-    }
-
-    /// The node signal's per-contributor counterpart, used to pick the top contributor.
-    pub fn contributor(self) -> Option<SignalKind> {
-        match self {
-            SignalKind::NodeConntrackFraction | SignalKind::NodeConntrackFullIn => {
-                Some(SignalKind::ConntrackEntries)
-            }
-            SignalKind::NodeZombies => Some(SignalKind::Zombies),
-            SignalKind::NodePidsFraction | SignalKind::NodePidsFullIn => Some(SignalKind::Pids),
-            _ => None,
-        }
-    }
-}
+use crate::model::{Scope, SignalKind, Snapshot, WorkloadId, WorkloadSignals};
 
 /// What a rule watches and acts on. Typed, so no workload name can stand for the node or a pod
 /// (a host cgroup named `node` is a workload like any other).
@@ -244,7 +160,7 @@ pub fn targets(snap: &Snapshot, key: &Target) -> Vec<WorkloadId> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{Held, Kind};
+    use crate::model::{Held, Kind};
 
     #[test]
     fn a_unit_named_node_is_a_workload_not_the_node() {

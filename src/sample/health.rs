@@ -1,7 +1,7 @@
 //! Per-sampler bookkeeping: freshness, duration, errors by kind, and log lines only on transitions.
 
 use crate::error::{ErrorKind, ReadError};
-use crate::snapshot::SamplerStatus;
+use crate::model::SamplerStatus;
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -14,30 +14,55 @@ pub mod selfstat;
 use crate::clock::Clock;
 use crate::discover::{read_procs, CgroupLayout, Discovery, Inventory};
 use crate::error::ReadError;
+use crate::model::{NodePids, PidsSample};
 use health::{thread_cpu, SamplerHealth};
 use logs::{ContainerLogSample, LogTailer};
 use memory::{MemoryReader, MemorySample};
 use net::sampler::{NetSample, NetSampler};
 use oom::{KmsgSource, KmsgTick};
-use pids::{NodePids, PidsReader, PidsSample};
+use pids::PidsReader;
 use procs::{ProcSummary, ProcTable};
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// What one read of a workload's cgroup files gave this tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading<T> {
+    Read(T),
+    /// Nothing to read: the cgroup is gone, or the sampler is off.
+    Absent,
+    /// The read failed: its error went to the sampler's health, and the signal keeps the last good
+    /// value, marked stale.
+    Failed,
+}
+
+impl<T> Reading<T> {
+    /// A reader's answer, its error (if any) handed to `errors`.
+    fn of(r: Result<Option<T>, ReadError>, errors: &mut Vec<ReadError>) -> Self {
+        match r {
+            Ok(Some(v)) => Reading::Read(v),
+            Ok(None) => Reading::Absent,
+            Err(e) => {
+                errors.push(e);
+                Reading::Failed
+            }
+        }
+    }
+}
 
 /// Raw values of one tick, indexed like `inventory.workloads` / `inventory.pods`.
 #[derive(Debug, Default)]
 pub struct TickSample {
     pub inventory: Inventory,
-    /// `Err(())` marks a failed read (the error itself went to the sampler's health).
-    pub memory: Vec<Result<Option<MemorySample>, ()>>,
+    pub memory: Vec<Reading<MemorySample>>,
     /// Pod cgroups' memory files; only read where OOM counts are hierarchical (v2).
     pub pod_memory: Vec<Option<MemorySample>>,
     /// Pids of each workload (its subtree's `cgroup.procs`).
     pub pids: Vec<Vec<u32>>,
     /// `None` when the process sampler is off or failed as a whole.
     pub procs: Option<HashMap<usize, ProcSummary>>,
-    /// Each workload's pids controller (`Err(())`: the read failed); empty when off.
-    pub pids_controller: Vec<Result<Option<PidsSample>, ()>>,
+    /// Each workload's pids controller; empty when off.
+    pub pids_controller: Vec<Reading<PidsSample>>,
     /// The node's task table against its limit.
     pub node_pids: Option<NodePids>,
     pub logs: Option<Vec<ContainerLogSample>>,
@@ -119,12 +144,12 @@ impl Samplers {
     }
 
     /// The kernel-log source's availability (with the network features in the snapshot).
-    pub fn features(&self) -> Vec<crate::snapshot::Feature> {
+    pub fn features(&self) -> Vec<crate::model::Feature> {
         self.kmsg.iter().map(KmsgSource::feature).collect()
     }
 
     /// The kernel-log source's counters, while it reads.
-    pub fn kmsg_status(&self) -> Option<crate::snapshot::KmsgStatus> {
+    pub fn kmsg_status(&self) -> Option<crate::model::KmsgStatus> {
         self.kmsg
             .as_ref()
             .filter(|k| k.feature().available)
@@ -132,11 +157,11 @@ impl Samplers {
     }
 
     /// What discovery and the log tailer skipped or hold after their last pass.
-    pub fn input_stats(&self) -> crate::snapshot::InputStats {
+    pub fn input_stats(&self) -> crate::model::InputStats {
         let d = self.discovery.stats();
         let l = self.logs.as_ref().map(|t| t.stats());
         let sc = self.net.socket_cache();
-        crate::snapshot::InputStats {
+        crate::model::InputStats {
             non_utf8_cgroups: d.non_utf8_cgroups,
             non_utf8_log_names: d.non_utf8_log_names,
             skipped_cgroups: d.skipped_cgroups,
@@ -207,14 +232,19 @@ impl Samplers {
 
     fn sample_memory(&mut self, tick: &mut TickSample) {
         let Some(reader) = &self.memory else {
-            tick.memory = tick.inventory.workloads.iter().map(|_| Ok(None)).collect();
+            tick.memory = tick
+                .inventory
+                .workloads
+                .iter()
+                .map(|_| Reading::Absent)
+                .collect();
             return;
         };
         let t = self.clock.now();
         let mut errors = Vec::new();
         for w in &tick.inventory.workloads {
             tick.memory
-                .push(reader.read(&w.cgroup).map_err(|e| errors.push(e)));
+                .push(Reading::of(reader.read(&w.cgroup), &mut errors));
         }
         if self.layout.memory_is_v2() {
             for p in &tick.inventory.pods {
@@ -255,7 +285,7 @@ impl Samplers {
         if let Some(reader) = &self.pids {
             for w in &tick.inventory.workloads {
                 tick.pids_controller
-                    .push(reader.read(&w.cgroup).map_err(|e| errors.push(e)));
+                    .push(Reading::of(reader.read(&w.cgroup), &mut errors));
             }
             match reader.read_node() {
                 Ok(v) => tick.node_pids = v,

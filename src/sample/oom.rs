@@ -9,8 +9,7 @@ use super::kmsg::{KmsgPass, KmsgReader, OomKill};
 use crate::clock::Clock;
 use crate::discover::{Discovery, Inventory, WorkloadKind};
 use crate::error::ReadError;
-use crate::snapshot::{Feature, KmsgStatus};
-use crate::workload::WorkloadId;
+use crate::model::{Feature, KmsgStatus, WorkloadId};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -288,9 +287,9 @@ fn log_kill(k: &OomKill, a: Option<&AttributedOom>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discover::kubelet::QosClass;
     use crate::discover::names::NameSource;
     use crate::discover::{CgroupLayout, DiscoveryConfig, Workload};
+    use crate::model::QosClass;
 
     const ID: &str = "4f5c1b2a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b";
 

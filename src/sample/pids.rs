@@ -9,25 +9,9 @@
 use crate::discover::join_rel;
 use crate::error::{ParseError, ReadError};
 use crate::fsio::parse_optional;
+use crate::model::{NodePids, PidsSample};
 use crate::sample::memory::parse_u64;
-use serde::Serialize;
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct PidsSample {
-    /// `pids.current`: tasks (threads and zombies) charged to the cgroup and its descendants.
-    pub current: u64,
-    /// `pids.max`; `None` when `max`.
-    pub limit: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct NodePids {
-    /// Tasks in the kernel's table (`nr_threads`), zombies included.
-    pub current: u64,
-    /// `min(kernel.pid_max, kernel.threads-max)`.
-    pub limit: u64,
-}
 
 /// Pure: `pids.max`, `max` meaning no limit.
 pub fn parse_pids_max(text: &str) -> Result<Option<u64>, ParseError> {

@@ -7,6 +7,7 @@
 
 use crate::error::{ParseError, ReadError};
 use crate::fsio::{read_into, read_optional};
+use crate::model::ZombieParent;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -105,13 +106,6 @@ pub fn parse_unified_path(text: &str) -> Option<&str> {
     text.lines()
         .find_map(|l| l.strip_prefix("0::"))
         .map(str::trim_end)
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ZombieParent {
-    pub pid: u32,
-    pub comm: String,
-    pub zombies: u64,
 }
 
 /// Per-workload process facts for one tick.

@@ -8,13 +8,14 @@ pub mod rate;
 pub mod restarts;
 
 use crate::discover::WorkloadKind;
-use crate::sample::logs::{ContainerLogSample, LineCounts};
+use crate::model::{
+    Held, Kind, LineCounts, MemoryValues, NodePids, PidsSample, PodSignals, SocketCounts,
+    WorkloadId, WorkloadSignals,
+};
+use crate::sample::logs::ContainerLogSample;
 use crate::sample::memory::MemorySample;
-use crate::sample::pids::{NodePids, PidsSample};
 use crate::sample::procs::ProcSummary;
-use crate::sample::TickSample;
-use crate::snapshot::{Held, Kind, MemoryValues, PodSignals, SocketCounts, WorkloadSignals};
-use crate::workload::WorkloadId;
+use crate::sample::{Reading, TickSample};
 use full::FullEstimator;
 use oom::OomCount;
 use rate::RateWindow;
@@ -166,7 +167,7 @@ impl Tracker {
             let mut newest_mem = None;
             for &i in idxs {
                 match &tick.memory[i] {
-                    Ok(Some(m)) => {
+                    Reading::Read(m) => {
                         let inst = inv.workloads[i].instance();
                         let prev = st.oom_raw.get(inst).copied().unwrap_or(0);
                         let delta = m.oom_kills.saturating_sub(prev);
@@ -177,8 +178,8 @@ impl Tracker {
                         raw_now.insert(inst.to_owned(), m.oom_kills.max(prev));
                         newest_mem = Some(*m);
                     }
-                    Ok(None) => {}
-                    Err(()) => {
+                    Reading::Absent => {}
+                    Reading::Failed => {
                         mem_ok = false;
                         // Keep the baseline of an unreadable instance so no kill is counted twice.
                         let inst = inv.workloads[i].instance();
@@ -198,11 +199,15 @@ impl Tracker {
             // Pids: the newest instance's controller; a failed read keeps the last good value.
             if let Some(&i) = idxs.last() {
                 match tick.pids_controller.get(i) {
-                    Some(Ok(p)) => {
-                        st.pids = *p;
+                    Some(Reading::Read(p)) => {
+                        st.pids = Some(*p);
                         st.pids_stale = false;
                     }
-                    Some(Err(())) => st.pids_stale = true,
+                    Some(Reading::Absent) => {
+                        st.pids = None;
+                        st.pids_stale = false;
+                    }
+                    Some(Reading::Failed) => st.pids_stale = true,
                     None => st.pids = None,
                 }
             }
@@ -425,7 +430,7 @@ impl Tracker {
                 netns_sockets: net.and_then(|n| n.netns_sockets),
                 addresses: net.map(|n| n.addresses.clone()).unwrap_or_default(),
                 ephemeral_ports: net.and_then(|n| n.ports).map(|(available, usage)| {
-                    crate::snapshot::EphemeralPorts {
+                    crate::model::EphemeralPorts {
                         available,
                         used: usage.map(|u| u.used),
                         used_top_destination: usage.map(|u| u.used_top_destination),
@@ -514,8 +519,8 @@ fn sockets_of(tick: &TickSample, idxs: Option<&[usize]>) -> Option<Held<SocketCo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discover::kubelet::QosClass;
     use crate::discover::{Inventory, PodCgroup, Workload};
+    use crate::model::QosClass;
     use crate::sample::oom::{AttributedOom, KmsgTick};
 
     fn mem(oom_kills: u64) -> MemorySample {
@@ -551,7 +556,7 @@ mod tests {
                 }],
                 sandboxes: 0,
             },
-            memory: vec![Ok(Some(mem(0)))],
+            memory: vec![Reading::Read(mem(0))],
             pod_memory: vec![Some(mem(pod_oom))],
             kmsg: kmsg.map(|ks| KmsgTick {
                 ooms: ks

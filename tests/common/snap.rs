@@ -1,8 +1,8 @@
 //! Lookups and assertions on a snapshot, shared by the real-kernel tests.
 
 use nodeguard::export::metrics::{registry, render, SharedSnapshot};
-use nodeguard::snapshot::{PodSignals, Snapshot, WorkloadSignals};
-use nodeguard::workload::WorkloadId;
+use nodeguard::model::WorkloadId;
+use nodeguard::model::{PodSignals, Published, Snapshot, WorkloadSignals};
 use std::sync::{Arc, RwLock};
 
 pub fn find<'a>(s: &'a Snapshot, ns: &str, pod: &str, c: &str) -> &'a WorkloadSignals {
@@ -22,8 +22,8 @@ pub fn pod<'a>(s: &'a Snapshot, ns: &str, name: &str) -> &'a PodSignals {
         .unwrap_or_else(|| panic!("pod {ns}/{name} not in {:#?}", s.pods))
 }
 
-/// The `/metrics` text a scrape of this snapshot returns.
-pub fn metrics_text(s: &Snapshot) -> String {
+/// The `/metrics` text a scrape of this publication returns.
+pub fn metrics_text(s: &Published) -> String {
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(s.clone())));
     render(&registry(shared)).expect("render")
 }

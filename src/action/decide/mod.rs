@@ -11,11 +11,12 @@ use super::state::{self, ActedCgroup, PersistedBreaker, ReleaseRequest, StateFil
 use super::throttle::Throttle;
 use super::Outcome;
 use crate::config::guard::GuardConfig;
-use crate::rule::signal::Target;
-use crate::rule::{ActionKind, Condition, Evaluation, Firing, RuleEngine};
-use crate::snapshot::{
-    BreakerView, GuardStatus, Kind, PacingView, PendingView, RuleView, Snapshot, WorkloadSignals,
+use crate::model::{
+    ActionKind, BreakerView, Condition, GuardStatus, Kind, PacingView, PendingView, RuleView,
+    Snapshot, WorkloadSignals,
 };
+use crate::rule::signal::Target;
+use crate::rule::{Evaluation, Firing, RuleEngine};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

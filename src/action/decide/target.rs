@@ -2,8 +2,8 @@
 
 use super::super::breaker::{Breaker, BreakerId};
 use super::super::owner::owner_of;
+use crate::model::{Kind, Snapshot, WorkloadSignals};
 use crate::rule::signal::Target;
-use crate::snapshot::{Kind, Snapshot, WorkloadSignals};
 
 /// Simple `*`/`?` glob; protection lists are short and patterns trivial.
 pub fn glob(pattern: &str, text: &str) -> bool {

@@ -1,8 +1,7 @@
 //! The decider alone: no filesystem, no cgroup, no clock but the instants passed in.
 use super::*;
 use crate::config::Config;
-use crate::sample::logs::LineCounts;
-use crate::workload::WorkloadId;
+use crate::model::{LineCounts, WorkloadId};
 
 const M: Duration = Duration::from_secs(60);
 

@@ -2,38 +2,12 @@
 //! Pure parsing and a streaming line counter; no I/O here.
 
 use crate::error::ParseError;
+pub use crate::model::LineCounts;
 use memchr::memchr;
 
 /// How many bytes of a line are looked at. The header (timestamp, stream, tag) needs about 45, so
 /// this leaves room for longer timestamps and tags with extra fields; the content is never read.
 pub const HEADER_CAP: usize = 128;
-
-/// Completed lines by stream. `stdout` and `stderr` count logical lines (tag `F`), so a long line
-/// that the runtime split into `P` pieces counts once.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct LineCounts {
-    pub stdout: u64,
-    pub stderr: u64,
-    pub malformed: u64,
-}
-
-impl LineCounts {
-    /// Logical lines of both streams; malformed lines are not log lines the workload wrote.
-    pub fn total(&self) -> u64 {
-        self.stdout.saturating_add(self.stderr)
-    }
-
-    pub fn add(&mut self, other: &LineCounts) {
-        // Saturating: these are monotonic counters fed for the life of the agent.
-        self.stdout = self.stdout.saturating_add(other.stdout);
-        self.stderr = self.stderr.saturating_add(other.stderr);
-        self.malformed = self.malformed.saturating_add(other.malformed);
-    }
-
-    pub fn is_zero(&self) -> bool {
-        *self == LineCounts::default()
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -2,8 +2,9 @@
 //! tick asks for it (node usage above the trigger, interval elapsed), result picked up by a later
 //! tick. The tick never waits for it.
 
-use super::ctnetlink::{ConntrackDump, CtError};
+use super::ctnetlink::ConntrackDump;
 use crate::clock::Clock;
+use crate::error::ReadError;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -29,7 +30,7 @@ pub struct DumpResult {
 #[derive(Debug, Clone)]
 pub enum DumpOutcome {
     Done(DumpResult),
-    Failed(Arc<CtError>),
+    Failed(ReadError),
 }
 
 /// Pure: which pod an entry belongs to. The original source is the pod for its own outgoing
@@ -124,7 +125,7 @@ fn dump_once(
             };
             match opened {
                 Ok(s) => socket.insert(s),
-                Err(e) => return DumpOutcome::Failed(Arc::new(e)),
+                Err(e) => return DumpOutcome::Failed(e),
             }
         }
     };
@@ -157,7 +158,7 @@ fn dump_once(
                     .collect(),
             })
         }
-        Err(e) => DumpOutcome::Failed(Arc::new(e)),
+        Err(e) => DumpOutcome::Failed(e),
     }
 }
 

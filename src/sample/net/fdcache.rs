@@ -9,7 +9,7 @@
 
 use super::sockets::{parse_proto_name, Proto};
 use crate::error::ReadError;
-use crate::snapshot::SocketCounts;
+use crate::model::SocketCounts;
 use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
@@ -20,9 +20,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// Default of `samplers.sockets.full_walk_every`: every pod re-walked at least once a minute at
-/// the 5 s interval, for ~1/12 of a full pass per tick.
-pub const DEFAULT_FULL_WALK_EVERY: u32 = 12;
+pub use crate::config::DEFAULT_FULL_WALK_EVERY;
 
 /// Socket inodes remembered (per-pid lists and the inode -> protocol map each hold at most this
 /// many, ~40 bytes each): 131,072 is 5x the 110-pod bench node. Beyond it pids are walked every

@@ -4,7 +4,7 @@
 
 use super::addrs::{parse_fib_trie_locals, parse_if_inet6};
 use super::conntrack::{netns_entries, NodeConntrack};
-use super::ctnetlink::CtError;
+use super::ctnetlink::is_denied;
 use super::dump::{DumpOutcome, DumpResult, DumpWorker};
 use super::fdcache::{Attribution, CacheStats, SocketCache};
 use super::ports::{read_namespaces, PortRange, PortUsage, PortsJob, PortsOutcome};
@@ -12,10 +12,10 @@ use super::sockets::{classify_netns, netns_of, FdWalker};
 use super::sockstat::{parse_sockstat, parse_sockstat6};
 use crate::clock::Clock;
 use crate::discover::{Inventory, WorkloadKind};
-use crate::error::{ErrorKind, ReadError};
+use crate::error::ReadError;
 use crate::fsio::{parse_optional, read_optional};
+use crate::model::{Feature, NetnsSockets, SocketCounts};
 use crate::sample::health::thread_cpu;
-use crate::snapshot::{Feature, NetnsSockets, SocketCounts};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -350,13 +350,10 @@ impl NetSampler {
                         denied_change = Some(None);
                     }
                     DumpOutcome::Failed(e) => {
-                        if matches!(*e, CtError::PermissionDenied { .. }) {
-                            denied_change = Some(Some(e.to_string()));
+                        if is_denied(&e) {
+                            denied_change = Some(Some(format!("{e} (needs CAP_NET_ADMIN)")));
                         }
-                        errors.push(ReadError::io(
-                            e.path(),
-                            std::io::Error::new(io_kind(e.kind()), e.to_string()),
-                        ));
+                        errors.push(e);
                     }
                 }
             }
@@ -512,14 +509,6 @@ impl NetSampler {
                 reason: unavailable,
             },
         );
-    }
-}
-
-fn io_kind(k: ErrorKind) -> std::io::ErrorKind {
-    match k {
-        ErrorKind::Permission => std::io::ErrorKind::PermissionDenied,
-        ErrorKind::Parse => std::io::ErrorKind::InvalidData,
-        ErrorKind::Io => std::io::ErrorKind::Other,
     }
 }
 

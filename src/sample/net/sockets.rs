@@ -7,7 +7,7 @@ use super::inet::{for_each_socket, tcp_state_name};
 use super::sockstat::{parse_sockstat, parse_sockstat6};
 use crate::error::{ParseError, ReadError};
 use crate::fsio::{is_gone, read_into};
-use crate::snapshot::SocketCounts;
+use crate::model::SocketCounts;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::{fstatat, SFlag};
 use std::collections::HashMap;

@@ -9,7 +9,7 @@
 use super::cri::CriCounter;
 use crate::error::ReadError;
 use crate::fsio::{self, escape_name, is_gone, is_refused_link, EntryKind};
-use crate::workload::WorkloadId;
+use crate::model::WorkloadId;
 use nix::fcntl::OFlag;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
@@ -33,10 +33,7 @@ use tree::{ContainerKey, ContainerScan, Scan};
 /// no memory.
 const READ_BUF: usize = 128 * 1024;
 
-/// Default cap on open log files: a 110-pod node has about 660 container logs; 4096 leaves room
-/// for 500-pod nodes. [`LogTailer::new`] lowers it to half the fd limit, keeping the other half
-/// for the samplers and the HTTP server.
-pub const DEFAULT_MAX_OPEN_FILES: usize = 4096;
+pub use crate::config::DEFAULT_MAX_OPEN_FILES;
 
 /// What one container's logs did during one `sample()`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,7 +16,7 @@ pub struct ConntrackDump {
 impl ConntrackDump {
     /// Socket in the caller's current network namespace. A restart after an overrun recreates it
     /// in the namespace of the thread calling `dump`.
-    pub fn open() -> Result<Self, CtError> {
+    pub fn open() -> Result<Self, ReadError> {
         let ns = PathBuf::from("/proc/thread-self/ns/net");
         let fd = new_socket(&ns)?;
         Ok(Self::with_socket(NlSocket {
@@ -28,13 +28,10 @@ impl ConntrackDump {
 
     /// Socket created inside the netns at `netns_path` (e.g. /run/netns/NAME or
     /// /proc/<pid>/ns/net) on a helper thread; the calling thread's namespace never changes.
-    pub fn open_in(netns_path: &Path) -> Result<Self, CtError> {
+    pub fn open_in(netns_path: &Path) -> Result<Self, ReadError> {
         let ns = netns_path.to_path_buf();
         let netns: OwnedFd = File::open(netns_path)
-            .map_err(|e| CtError::Netns {
-                ns: ns.clone(),
-                source: e,
-            })?
+            .map_err(|e| ReadError::io(&ns, e))?
             .into();
         let fd = new_socket_in(&netns, &ns)?;
         Ok(Self::with_socket(NlSocket {
@@ -67,12 +64,12 @@ impl ConntrackDump {
     /// One full dump; returns stats. At most one dump per socket at a time is guaranteed by
     /// `&mut self`. After an overrun restart the closure sees entries again from the start: use
     /// [`ConntrackDump::dump_with`] when accumulating and `stats.restarts` can be non-zero.
-    pub fn dump(&mut self, visit: impl FnMut(&CtTuple)) -> Result<DumpStats, CtError> {
+    pub fn dump(&mut self, visit: impl FnMut(&CtTuple)) -> Result<DumpStats, ReadError> {
         self.dump_with(&mut FnVisitor(visit))
     }
 
     /// [`ConntrackDump::dump`] with a visitor that is told about restarts.
-    pub fn dump_with<V: CtVisitor>(&mut self, visitor: &mut V) -> Result<DumpStats, CtError> {
+    pub fn dump_with<V: CtVisitor>(&mut self, visitor: &mut V) -> Result<DumpStats, ReadError> {
         if self.dirty {
             self.sock.reopen()?;
             self.dirty = false;
@@ -85,7 +82,7 @@ impl ConntrackDump {
             visitor,
         );
         self.dirty = res.is_err();
-        res.map_err(|e| e.in_ns(&self.sock.ns))
+        res.map_err(|e| e.at(&self.sock.ns))
     }
 }
 
@@ -96,12 +93,9 @@ pub(super) fn run_dump<T: Transport, V: CtVisitor>(
     seq: &mut u32,
     timeout: Duration,
     visitor: &mut V,
-) -> Result<DumpStats, CtError> {
+) -> Result<DumpStats, ReadError> {
     let start = Instant::now();
-    let timed_out = || CtError::Timeout {
-        ns: PathBuf::new(),
-        after: start.elapsed(),
-    };
+    let timed_out = || ReadError::request(Path::new(""), DUMP, Failure::Timeout(start.elapsed()));
     let mut stats = DumpStats::default();
     loop {
         *seq = seq.wrapping_add(1);
@@ -141,15 +135,15 @@ pub(super) fn run_dump<T: Transport, V: CtVisitor>(
                         return Ok(stats);
                     }
                 }
-                Err(CtError::Overrun { .. }) => break,
+                Err(e) if is_overrun(&e) => break,
                 Err(e) => return Err(e),
             }
         }
         if stats.restarts >= MAX_RESTARTS {
-            return Err(CtError::Overrun {
-                ns: PathBuf::new(),
+            let failure = Failure::Overrun {
                 restarts: stats.restarts,
-            });
+            };
+            return Err(ReadError::request(Path::new(""), DUMP, failure));
         }
         stats.restarts += 1;
         // A fresh socket: the old one may hold a stalled dump, which makes a new request EBUSY.

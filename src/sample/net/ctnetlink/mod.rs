@@ -18,7 +18,7 @@ use socket::*;
 pub use wire::parse_messages;
 use wire::*;
 
-use crate::error::ErrorKind;
+use crate::error::{Failure, ParseError, ReadError};
 use nix::errno::Errno;
 use nix::sched::{setns, CloneFlags};
 use nix::sys::socket::{
@@ -38,7 +38,7 @@ const INITIAL_BUF: usize = 64 * 1024;
 const MAX_BUF: usize = 1024 * 1024;
 /// Charged only while queued, so generous; ENOBUFS must be the exception, not the norm.
 const RCVBUF: usize = 4 * 1024 * 1024;
-/// Restarts after an overrun before giving up with [`CtError::Overrun`].
+/// Restarts after an overrun before giving up with [`Failure::Overrun`].
 pub const MAX_RESTARTS: u32 = 3;
 /// No single recv may block longer than this (the kernel answers dumps immediately).
 const RECV_TIMEOUT: Duration = Duration::from_secs(5);
@@ -69,95 +69,46 @@ pub struct DumpStats {
     pub restarts: u32,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum CtError {
-    /// The kernel refused the dump: the caller lacks CAP_NET_ADMIN over that namespace.
-    #[error("conntrack dump in {ns}: permission denied (needs CAP_NET_ADMIN)")]
-    PermissionDenied { ns: PathBuf },
-    #[error("conntrack dump in {ns}: receive buffer overrun, gave up after {restarts} restarts")]
-    Overrun { ns: PathBuf, restarts: u32 },
-    #[error("conntrack dump in {ns}: not finished after {after:?}")]
-    Timeout { ns: PathBuf, after: Duration },
-    #[error("opening network namespace {ns}: {source}")]
-    Netns {
-        ns: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("conntrack netlink {op} in {ns}: {source}")]
-    Io {
-        ns: PathBuf,
-        op: &'static str,
-        #[source]
-        source: io::Error,
-    },
-    #[error("conntrack dump in {ns}: kernel error {}", Errno::from_raw(*.errno))]
-    Kernel { ns: PathBuf, errno: i32 },
-    #[error("conntrack dump in {ns}: malformed message: {reason}")]
-    Malformed { ns: PathBuf, reason: String },
+/// A dump error made where the namespace is not known (the pure parser, the dump loop); the
+/// socket attaches it ([`ReadError::at`]).
+fn malformed(reason: String) -> ReadError {
+    ReadError::parse(Path::new(""), ParseError::new(reason))
 }
 
-impl CtError {
-    /// The namespace the error happened in (empty for the pure parser).
-    pub fn path(&self) -> &Path {
-        match self {
-            CtError::PermissionDenied { ns }
-            | CtError::Overrun { ns, .. }
-            | CtError::Timeout { ns, .. }
-            | CtError::Netns { ns, .. }
-            | CtError::Io { ns, .. }
-            | CtError::Kernel { ns, .. }
-            | CtError::Malformed { ns, .. } => ns,
-        }
-    }
-
-    /// Coarse kind for the sampler-error metric.
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            CtError::PermissionDenied { .. } => ErrorKind::Permission,
-            CtError::Netns { source, .. } if source.kind() == io::ErrorKind::PermissionDenied => {
-                ErrorKind::Permission
-            }
-            CtError::Malformed { .. } => ErrorKind::Parse,
-            _ => ErrorKind::Io,
-        }
-    }
-
-    /// Fills in the namespace of an error from the pure parser, which does not know it.
-    fn in_ns(mut self, path: &Path) -> Self {
-        let ns = match &mut self {
-            CtError::PermissionDenied { ns }
-            | CtError::Overrun { ns, .. }
-            | CtError::Timeout { ns, .. }
-            | CtError::Netns { ns, .. }
-            | CtError::Io { ns, .. }
-            | CtError::Kernel { ns, .. }
-            | CtError::Malformed { ns, .. } => ns,
-        };
-        if ns.as_os_str().is_empty() {
-            *ns = path.to_path_buf();
-        }
-        self
-    }
+/// What the kernel's errno (positive) in NLMSG_ERROR / NLMSG_DONE means for the dump: ENOBUFS is
+/// an overrun (restarted), anything else fails it.
+fn kernel_error(errno: i32) -> ReadError {
+    let failure = match Errno::from_raw(errno) {
+        Errno::ENOBUFS => Failure::Overrun { restarts: 0 },
+        e => Failure::Errno(e),
+    };
+    ReadError::request(Path::new(""), DUMP, failure)
 }
 
-fn malformed(reason: String) -> CtError {
-    CtError::Malformed {
-        ns: PathBuf::new(),
-        reason,
-    }
+/// The `op` of a dump's errors.
+const DUMP: &str = "conntrack dump";
+
+/// The kernel refused the dump itself: the caller lacks CAP_NET_ADMIN over that namespace.
+pub fn is_denied(e: &ReadError) -> bool {
+    matches!(
+        e,
+        ReadError::Request {
+            op: DUMP,
+            failure: Failure::Errno(Errno::EPERM | Errno::EACCES),
+            ..
+        }
+    )
 }
 
-/// Maps a kernel errno (positive) from NLMSG_ERROR / NLMSG_DONE to the caller-visible error.
-fn kernel_error(errno: i32) -> CtError {
-    let ns = PathBuf::new();
-    if errno == Errno::EPERM as i32 || errno == Errno::EACCES as i32 {
-        CtError::PermissionDenied { ns }
-    } else if errno == Errno::ENOBUFS as i32 {
-        CtError::Overrun { ns, restarts: 0 }
-    } else {
-        CtError::Kernel { ns, errno }
-    }
+/// The kernel's receive buffer overran (the dump restarts on a fresh socket).
+fn is_overrun(e: &ReadError) -> bool {
+    matches!(
+        e,
+        ReadError::Request {
+            failure: Failure::Overrun { .. },
+            ..
+        }
+    )
 }
 
 /// Receives dump entries. A restart after an overrun replays the table from the start, so a

@@ -8,7 +8,7 @@ pub(super) trait Transport {
     /// Receives one datagram; returns its full length even when larger than `buf` (MSG_TRUNC).
     fn recv(&mut self, buf: &mut [u8]) -> Result<usize, Errno>;
     /// Replaces the socket with a fresh one in the same namespace.
-    fn reopen(&mut self) -> Result<(), CtError>;
+    fn reopen(&mut self) -> Result<(), ReadError>;
 }
 
 /// Where the socket was created, so it can be recreated there.
@@ -27,16 +27,12 @@ pub(super) struct NlSocket {
     pub(super) ns: PathBuf,
 }
 
-pub(super) fn sys_err(ns: &Path, op: &'static str, e: Errno) -> CtError {
-    CtError::Io {
-        ns: ns.to_path_buf(),
-        op,
-        source: io::Error::from(e),
-    }
+pub(super) fn sys_err(ns: &Path, op: &'static str, e: Errno) -> ReadError {
+    ReadError::request(ns, op, Failure::Errno(e))
 }
 
 /// A bound NETLINK_NETFILTER socket in the calling thread's namespace.
-pub(super) fn new_socket(ns: &Path) -> Result<OwnedFd, CtError> {
+pub(super) fn new_socket(ns: &Path) -> Result<OwnedFd, ReadError> {
     let fd = nixsock::socket(
         AddressFamily::Netlink,
         SockType::Raw,
@@ -57,25 +53,16 @@ pub(super) fn new_socket(ns: &Path) -> Result<OwnedFd, CtError> {
 
 /// Creates the socket on a short-lived thread that joins `netns`: setns only changes that thread,
 /// and the socket stays in the namespace it was created in.
-pub(super) fn new_socket_in(netns: &OwnedFd, ns: &Path) -> Result<OwnedFd, CtError> {
-    let helper_failed = |what: &str| CtError::Netns {
-        ns: ns.to_path_buf(),
-        source: io::Error::other(what.to_string()),
-    };
+pub(super) fn new_socket_in(netns: &OwnedFd, ns: &Path) -> Result<OwnedFd, ReadError> {
+    let helper_failed = |what: &str| ReadError::io(ns, io::Error::other(what.to_string()));
     std::thread::scope(|s| {
         let handle = std::thread::Builder::new()
             .name("ctnetlink-setns".into())
             .spawn_scoped(s, || {
-                setns(netns, CloneFlags::CLONE_NEWNET).map_err(|e| CtError::Netns {
-                    ns: ns.to_path_buf(),
-                    source: io::Error::from(e),
-                })?;
+                setns(netns, CloneFlags::CLONE_NEWNET).map_err(|e| sys_err(ns, "setns", e))?;
                 new_socket(ns)
             })
-            .map_err(|e| CtError::Netns {
-                ns: ns.to_path_buf(),
-                source: e,
-            })?;
+            .map_err(|e| ReadError::io(ns, e))?;
         handle
             .join()
             .unwrap_or_else(|_| Err(helper_failed("setns helper thread panicked")))
@@ -98,7 +85,7 @@ impl Transport for NlSocket {
         nixsock::recv(self.fd.as_raw_fd(), buf, MsgFlags::MSG_TRUNC)
     }
 
-    fn reopen(&mut self) -> Result<(), CtError> {
+    fn reopen(&mut self) -> Result<(), ReadError> {
         self.fd = match &self.origin {
             Origin::Current => new_socket(&self.ns)?,
             Origin::Netns(netns) => new_socket_in(netns, &self.ns)?,

@@ -1,5 +1,6 @@
 use super::dump::run_dump;
 use super::*;
+use crate::error::ErrorKind;
 use std::collections::VecDeque;
 
 // ---- byte-by-byte message builders ----
@@ -118,7 +119,7 @@ fn error(seq: u32, errno: i32) -> Vec<u8> {
     nlmsg(NLMSG_ERROR, 0, seq, &p)
 }
 
-fn collect(buf: &[u8]) -> Result<(Walk, Vec<CtTuple>), CtError> {
+fn collect(buf: &[u8]) -> Result<(Walk, Vec<CtTuple>), ReadError> {
     let mut v = Vec::new();
     let w = parse_messages(buf, |t| v.push(*t))?;
     Ok((w, v))
@@ -160,11 +161,18 @@ fn multipart_continues_until_done() {
 #[test]
 fn eperm_is_permission_denied_others_are_kernel_errors() {
     let err = collect(&error(1, Errno::EPERM as i32)).unwrap_err();
-    assert!(matches!(err, CtError::PermissionDenied { .. }), "{err}");
+    assert!(is_denied(&err), "{err}");
     assert_eq!(err.kind(), ErrorKind::Permission);
     let err = collect(&error(1, Errno::EINVAL as i32)).unwrap_err();
     assert!(
-        matches!(err, CtError::Kernel { errno, .. } if errno == Errno::EINVAL as i32),
+        !is_denied(&err)
+            && matches!(
+                err,
+                ReadError::Request {
+                    failure: Failure::Errno(Errno::EINVAL),
+                    ..
+                }
+            ),
         "{err}"
     );
     assert!(err.to_string().contains("EINVAL"), "{err}");
@@ -183,12 +191,15 @@ fn overrun_signals() {
         nlmsg(NLMSG_OVERRUN, 0, 1, &[]),
     ] {
         let err = collect(&buf).unwrap_err();
-        assert!(matches!(err, CtError::Overrun { .. }), "{err}");
+        assert!(is_overrun(&err), "{err}");
     }
     let done_eintr = nlmsg(NLMSG_DONE, NLM_F_MULTI, 1, &(-4i32).to_ne_bytes());
     assert!(matches!(
         collect(&done_eintr),
-        Err(CtError::Kernel { errno: 4, .. })
+        Err(ReadError::Request {
+            failure: Failure::Errno(Errno::EINTR),
+            ..
+        })
     ));
 }
 
@@ -199,22 +210,22 @@ fn truncated_messages_are_errors() {
     // Cut inside the first message's header and inside its body.
     for cut in [1, 8, 15, 16, 40, first_len - 1] {
         let err = collect(&full[..cut]).unwrap_err();
-        assert!(matches!(err, CtError::Malformed { .. }), "cut {cut}: {err}");
+        assert!(matches!(err, ReadError::Parse { .. }), "cut {cut}: {err}");
         assert_eq!(err.kind(), ErrorKind::Parse);
     }
     // A header whose length is below the header size.
     let mut bad = done(1);
     bad[0..4].copy_from_slice(&8u32.to_ne_bytes());
-    assert!(matches!(collect(&bad), Err(CtError::Malformed { .. })));
+    assert!(matches!(collect(&bad), Err(ReadError::Parse { .. })));
     // An attribute claiming more bytes than its message holds.
     let mut msg = v4_entry(1, 1);
     let attr_at = NLMSG_HDRLEN + NFGENMSG_LEN;
     msg[attr_at..attr_at + 2].copy_from_slice(&4000u16.to_ne_bytes());
-    assert!(matches!(collect(&msg), Err(CtError::Malformed { .. })));
+    assert!(matches!(collect(&msg), Err(ReadError::Parse { .. })));
     // NLMSG_ERROR without its code.
     assert!(matches!(
         collect(&nlmsg(NLMSG_ERROR, 0, 1, &[])),
-        Err(CtError::Malformed { .. })
+        Err(ReadError::Parse { .. })
     ));
 }
 
@@ -247,20 +258,17 @@ fn unknown_attributes_are_skipped() {
 fn missing_or_bad_tuple_fields_are_errors() {
     let a = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
     let orig_only = ct_msg(1, 2, &[tuple(CTA_TUPLE_ORIG, a, a, 6, 1, 2)]);
-    assert!(matches!(
-        collect(&orig_only),
-        Err(CtError::Malformed { .. })
-    ));
+    assert!(matches!(collect(&orig_only), Err(ReadError::Parse { .. })));
     let bad_ip = nested(
         CTA_TUPLE_ORIG,
         &[nested(CTA_TUPLE_IP, &[nla(CTA_IP_V4_SRC, &[1, 2, 3])])],
     );
     let msg = ct_msg(1, 2, &[bad_ip.clone(), bad_ip]);
-    assert!(matches!(collect(&msg), Err(CtError::Malformed { .. })));
+    assert!(matches!(collect(&msg), Err(ReadError::Parse { .. })));
     let no_nfgenmsg = nlmsg(NFNL_SUBSYS_CTNETLINK << 8, 0, 1, &[2, 0]);
     assert!(matches!(
         collect(&no_nfgenmsg),
-        Err(CtError::Malformed { .. })
+        Err(ReadError::Parse { .. })
     ));
 }
 
@@ -305,9 +313,9 @@ fn request_bytes() {
 
 #[test]
 fn ns_is_filled_in_once() {
-    let e = kernel_error(Errno::EPERM as i32).in_ns(Path::new("/run/netns/a"));
+    let e = kernel_error(Errno::EPERM as i32).at(Path::new("/run/netns/a"));
     assert_eq!(e.path(), Path::new("/run/netns/a"));
-    let e = e.in_ns(Path::new("/other"));
+    let e = e.at(Path::new("/other"));
     assert_eq!(e.path(), Path::new("/run/netns/a"));
     assert!(e.to_string().contains("/run/netns/a"));
 }
@@ -367,7 +375,7 @@ impl Transport for Fake {
         Ok(bytes.len())
     }
 
-    fn reopen(&mut self) -> Result<(), CtError> {
+    fn reopen(&mut self) -> Result<(), ReadError> {
         self.reopens += 1;
         Ok(())
     }
@@ -389,7 +397,7 @@ impl CtVisitor for Counter {
     }
 }
 
-fn run(steps: Vec<Step>) -> (Result<DumpStats, CtError>, Fake, Counter) {
+fn run(steps: Vec<Step>) -> (Result<DumpStats, ReadError>, Fake, Counter) {
     let mut fake = Fake::new(steps);
     let mut counter = Counter::default();
     let mut buf = vec![0; INITIAL_BUF];
@@ -434,7 +442,13 @@ fn enobufs_restarts_from_scratch_on_a_new_socket() {
 fn gives_up_after_three_restarts() {
     let steps = (0..4).map(|_| Step::Errno(Errno::ENOBUFS)).collect();
     let (res, fake, _) = run(steps);
-    assert!(matches!(res, Err(CtError::Overrun { restarts: 3, .. })));
+    assert!(matches!(
+        res,
+        Err(ReadError::Request {
+            failure: Failure::Overrun { restarts: 3 },
+            ..
+        })
+    ));
     assert_eq!(fake.sends, 4);
 }
 
@@ -443,13 +457,19 @@ fn oversized_datagram_grows_the_buffer_and_restarts() {
     let (res, _, _) = run(vec![Step::Huge(100_000), Step::Entries(1, true)]);
     assert_eq!(res.unwrap().restarts, 1);
     let (res, _, _) = run(vec![Step::Huge(MAX_BUF + 1)]);
-    assert!(matches!(res, Err(CtError::Malformed { .. })));
+    assert!(matches!(res, Err(ReadError::Parse { .. })));
 }
 
 #[test]
 fn silence_is_a_timeout_and_errors_propagate() {
     let (res, _, _) = run(vec![Step::Entries(1, false)]);
-    assert!(matches!(res, Err(CtError::Timeout { .. })));
+    assert!(matches!(
+        res,
+        Err(ReadError::Request {
+            failure: Failure::Timeout(_),
+            ..
+        })
+    ));
     let (res, _, _) = run(vec![Step::Errno(Errno::EBADF)]);
-    assert!(matches!(res, Err(CtError::Io { op: "recv", .. })));
+    assert!(matches!(res, Err(ReadError::Request { op: "recv", .. })));
 }

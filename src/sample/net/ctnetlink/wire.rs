@@ -49,7 +49,7 @@ pub(super) struct Attrs<'a> {
 }
 
 impl<'a> Iterator for Attrs<'a> {
-    type Item = Result<(u16, &'a [u8]), CtError>;
+    type Item = Result<(u16, &'a [u8]), ReadError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.rest.is_empty() {
@@ -86,7 +86,7 @@ pub(super) struct Half {
     proto: u8,
 }
 
-pub(super) fn parse_ip(payload: &[u8], what: &str) -> Result<IpAddr, CtError> {
+pub(super) fn parse_ip(payload: &[u8], what: &str) -> Result<IpAddr, ReadError> {
     if let Ok(b) = <[u8; 4]>::try_from(payload) {
         Ok(IpAddr::V4(Ipv4Addr::from(b)))
     } else if let Ok(b) = <[u8; 16]>::try_from(payload) {
@@ -96,7 +96,7 @@ pub(super) fn parse_ip(payload: &[u8], what: &str) -> Result<IpAddr, CtError> {
     }
 }
 
-pub(super) fn parse_half(tuple: &[u8], which: &str) -> Result<Half, CtError> {
+pub(super) fn parse_half(tuple: &[u8], which: &str) -> Result<Half, ReadError> {
     let (mut src, mut dst, mut proto) = (None, None, None);
     for a in attrs(tuple) {
         match a? {
@@ -128,7 +128,7 @@ pub(super) fn parse_half(tuple: &[u8], which: &str) -> Result<Half, CtError> {
 }
 
 /// Parses the payload (nfgenmsg + attributes) of one IPCTNL_MSG_CT_NEW message.
-pub(super) fn parse_entry(payload: &[u8]) -> Result<CtTuple, CtError> {
+pub(super) fn parse_entry(payload: &[u8]) -> Result<CtTuple, ReadError> {
     let Some(attr_bytes) = payload.get(NFGENMSG_LEN..) else {
         return Err(malformed(format!(
             "conntrack message of {} bytes has no nfgenmsg",
@@ -157,10 +157,11 @@ pub(super) fn parse_entry(payload: &[u8]) -> Result<CtTuple, CtError> {
 
 /// Walks the netlink messages of one received datagram, calling `visit` per conntrack entry.
 ///
-/// Errors: NLMSG_ERROR with EPERM/EACCES is [`CtError::PermissionDenied`], ENOBUFS (in ERROR or
-/// DONE) and NLMSG_OVERRUN are [`CtError::Overrun`], anything cut short is [`CtError::Malformed`].
+/// Errors (without a path: the socket attaches it): NLMSG_ERROR is [`Failure::Errno`] (EPERM or
+/// EACCES: no CAP_NET_ADMIN), ENOBUFS (in ERROR or DONE) and NLMSG_OVERRUN are
+/// [`Failure::Overrun`], anything cut short is [`ReadError::Parse`].
 /// Other messages (NOOP, ACK, other nfnetlink subsystems) are skipped.
-pub fn parse_messages(buf: &[u8], mut visit: impl FnMut(&CtTuple)) -> Result<Walk, CtError> {
+pub fn parse_messages(buf: &[u8], mut visit: impl FnMut(&CtTuple)) -> Result<Walk, ReadError> {
     walk(buf, None, &mut visit)
 }
 
@@ -169,7 +170,7 @@ pub(super) fn walk(
     buf: &[u8],
     seq: Option<u32>,
     visit: &mut impl FnMut(&CtTuple),
-) -> Result<Walk, CtError> {
+) -> Result<Walk, ReadError> {
     let mut out = Walk {
         state: WalkState::Continue,
         entries: 0,

@@ -35,3 +35,22 @@ impl fmt::Display for WorkloadId {
         }
     }
 }
+
+/// The pod's QoS class, from its cgroup path (guaranteed pods sit directly under `kubepods`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QosClass {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+impl QosClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QosClass::Guaranteed => "guaranteed",
+            QosClass::Burstable => "burstable",
+            QosClass::BestEffort => "besteffort",
+        }
+    }
+}

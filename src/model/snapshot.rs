@@ -1,11 +1,8 @@
-//! The per-tick snapshot: everything the exporters, `/api/state` and (later) the rules read.
-//! Built once per tick, then shared read-only; scrapes never touch the kernel.
+//! The per-tick snapshot: everything one tick observed, which the rules, the exporters and
+//! `/api/state` read. Built once per tick, then shared read-only; scrapes never touch the kernel.
 
-use crate::discover::kubelet::QosClass;
-use crate::sample::logs::LineCounts;
-use crate::sample::pids::{NodePids, PidsSample};
-use crate::sample::procs::ZombieParent;
-use crate::workload::WorkloadId;
+use super::guard::GuardStatus;
+use super::workload::{QosClass, WorkloadId};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -32,14 +29,42 @@ pub struct Snapshot {
     pub features: Vec<Feature>,
     /// The kernel-log OOM reader's counters; `None` while it is off or cannot read.
     pub kmsg: Option<KmsgStatus>,
-    /// Rules and breakers; `None` before the guard's first step.
-    pub guard: Option<GuardStatus>,
     pub samplers: Vec<SamplerStatus>,
     /// The configuration in force and its reloads.
     pub config: ConfigStatus,
     /// What the readers skipped or hold, so a hostile tree is visible rather than silent.
     pub inputs: InputStats,
     pub agent: AgentStats,
+}
+
+/// What the agent publishes after a tick: the snapshot, and the guard's verdict on it beside it
+/// (the guard reads the finished snapshot, so its verdict cannot be part of it). `/metrics`,
+/// `/api/state` and `/readyz` read the last one. It reads as its snapshot (`published.workloads`),
+/// and serializes as the snapshot's fields followed by `guard`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Published {
+    #[serde(flatten)]
+    pub observed: Snapshot,
+    /// Rules and breakers; `None` before the guard's first step.
+    pub guard: Option<GuardStatus>,
+}
+
+impl std::ops::Deref for Published {
+    type Target = Snapshot;
+
+    fn deref(&self) -> &Snapshot {
+        &self.observed
+    }
+}
+
+/// A snapshot published without a guard step (tests, benches, the state before the first tick).
+impl From<Snapshot> for Published {
+    fn from(observed: Snapshot) -> Published {
+        Published {
+            observed,
+            guard: None,
+        }
+    }
 }
 
 /// Counters of the kernel-log OOM reader (`sample::oom`), totals since the agent started.
@@ -134,6 +159,56 @@ pub struct WorkloadSignals {
     /// Seconds until the working set reaches the limit at the recent trend; `None` while not
     /// growing towards it, or unlimited.
     pub memory_full_in_seconds: Option<f64>,
+}
+
+/// Completed lines by stream. `stdout` and `stderr` count logical lines (tag `F`), so a long line
+/// that the runtime split into `P` pieces counts once.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LineCounts {
+    pub stdout: u64,
+    pub stderr: u64,
+    pub malformed: u64,
+}
+
+impl LineCounts {
+    /// Logical lines of both streams; malformed lines are not log lines the workload wrote.
+    pub fn total(&self) -> u64 {
+        self.stdout.saturating_add(self.stderr)
+    }
+
+    pub fn add(&mut self, other: &LineCounts) {
+        // Saturating: these are monotonic counters fed for the life of the agent.
+        self.stdout = self.stdout.saturating_add(other.stdout);
+        self.stderr = self.stderr.saturating_add(other.stderr);
+        self.malformed = self.malformed.saturating_add(other.malformed);
+    }
+
+    pub fn is_zero(&self) -> bool {
+        *self == LineCounts::default()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ZombieParent {
+    pub pid: u32,
+    pub comm: String,
+    pub zombies: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PidsSample {
+    /// `pids.current`: tasks (threads and zombies) charged to the cgroup and its descendants.
+    pub current: u64,
+    /// `pids.max`; `None` when `max`.
+    pub limit: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct NodePids {
+    /// Tasks in the kernel's table (`nr_threads`), zombies included.
+    pub current: u64,
+    /// `min(kernel.pid_max, kernel.threads-max)`.
+    pub limit: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -236,7 +311,7 @@ pub struct SamplerStatus {
 pub struct ConfigStatus {
     /// The file, `None` on the embedded defaults.
     pub file: Option<String>,
-    /// [`crate::config::live::hash`] of the text in force.
+    /// The hash of the text in force (`config::live::hash`).
     pub hash: String,
     /// Unix time of the last successful load (the start, or the last reload).
     pub loaded_at: f64,
@@ -271,70 +346,30 @@ impl Snapshot {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct GuardStatus {
-    pub dry_run: bool,
-    /// The last write of the state file succeeded; no new hold is applied while it is false.
-    pub state_durable: bool,
-    pub state_write_failures_total: u64,
-    /// Where an unreadable state file was kept aside at start.
-    pub state_quarantined: Option<String>,
-    /// Cgroups we froze whose thaw failed, retried every tick.
-    pub thaws_pending: usize,
-    pub breakers: Vec<BreakerView>,
-    pub pending: Vec<PendingView>,
-    /// (rule, action, outcome, count) since start.
-    pub actions: Vec<(String, &'static str, &'static str, u64)>,
-    /// The rules in force, so a reader can mark what is past a threshold.
-    pub rules: Vec<RuleView>,
-    pub pacing: PacingView,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RuleView {
-    pub name: String,
-    /// `None` for a restart loop (its `above` is the number of bursts).
-    pub signal: Option<crate::rule::signal::SignalKind>,
-    pub above: f64,
-    pub for_seconds: f64,
-    pub action: &'static str,
-}
-
-/// Node-wide pacing of new actions (`guard.cooldown`, `guard.max_actions_per_10m`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct PacingView {
-    pub actions_last_10m: u32,
-    pub max_actions_per_10m: u32,
-    pub cooldown_remaining_seconds: f64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BreakerView {
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
-    pub owner: String,
-    pub rule: String,
-    /// `open` or `half_open`.
-    pub state: &'static str,
-    pub action: &'static str,
-    pub reason: String,
-    pub value: f64,
-    pub threshold: f64,
-    /// Unix seconds.
-    pub since: f64,
-    /// `None` while held until a new revision.
-    pub hold_remaining_seconds: Option<f64>,
-    pub trips_total: u64,
-    /// Dry run: the action this breaker would have taken.
-    pub would_act: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PendingView {
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
-    pub rule: String,
-    pub seconds: f64,
+    #[test]
+    fn published_serializes_as_its_snapshot_and_the_guard() {
+        let observed = Snapshot {
+            node: "n1".into(),
+            ..Snapshot::default()
+        };
+        let p = Published {
+            observed,
+            guard: Some(GuardStatus {
+                dry_run: true,
+                ..GuardStatus::default()
+            }),
+        };
+        let mut v = serde_json::to_value(&p).expect("serialize");
+        let guard = v
+            .as_object_mut()
+            .and_then(|o| o.remove("guard"))
+            .expect("guard");
+        assert_eq!(guard["dry_run"], true);
+        assert_eq!(v, serde_json::to_value(&p.observed).expect("serialize"));
+        assert_eq!(p.node, "n1", "reads as its snapshot");
+    }
 }

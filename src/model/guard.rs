@@ -1,0 +1,74 @@
+//! The guard's view of itself, published beside each snapshot: breakers, pending rules, pacing,
+//! action counts. Built by `action::decide`, read by `/api/state`, `nodeguard status` and the
+//! metrics.
+
+use super::rule::SignalKind;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GuardStatus {
+    pub dry_run: bool,
+    /// The last write of the state file succeeded; no new hold is applied while it is false.
+    pub state_durable: bool,
+    pub state_write_failures_total: u64,
+    /// Where an unreadable state file was kept aside at start.
+    pub state_quarantined: Option<String>,
+    /// Cgroups we froze whose thaw failed, retried every tick.
+    pub thaws_pending: usize,
+    pub breakers: Vec<BreakerView>,
+    pub pending: Vec<PendingView>,
+    /// (rule, action, outcome, count) since start.
+    pub actions: Vec<(String, &'static str, &'static str, u64)>,
+    /// The rules in force, so a reader can mark what is past a threshold.
+    pub rules: Vec<RuleView>,
+    pub pacing: PacingView,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RuleView {
+    pub name: String,
+    /// `None` for a restart loop (its `above` is the number of bursts).
+    pub signal: Option<SignalKind>,
+    pub above: f64,
+    pub for_seconds: f64,
+    pub action: &'static str,
+}
+
+/// Node-wide pacing of new actions (`guard.cooldown`, `guard.max_actions_per_10m`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PacingView {
+    pub actions_last_10m: u32,
+    pub max_actions_per_10m: u32,
+    pub cooldown_remaining_seconds: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BreakerView {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub owner: String,
+    pub rule: String,
+    /// `open` or `half_open`.
+    pub state: &'static str,
+    pub action: &'static str,
+    pub reason: String,
+    pub value: f64,
+    pub threshold: f64,
+    /// Unix seconds.
+    pub since: f64,
+    /// `None` while held until a new revision.
+    pub hold_remaining_seconds: Option<f64>,
+    pub trips_total: u64,
+    /// Dry run: the action this breaker would have taken.
+    pub would_act: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingView {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub rule: String,
+    pub seconds: f64,
+}

@@ -1,0 +1,188 @@
+//! What a rule is, as the configuration declares it: the signal it watches, the threshold and
+//! how long it must hold, or a restart loop; the action it asks for and how long a tripped
+//! breaker holds. `config` builds these, `rule` evaluates them, `action` acts on them.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignalKind {
+    // Per container.
+    TcpSockets,
+    UdpSockets,
+    LogLinesPerMinute,
+    StderrLinesPerMinute,
+    MemoryWorkingSetFraction,
+    Zombies,
+    Restarts,
+    /// `pids.current`: threads and zombies.
+    Pids,
+    /// `pids.current / pids.max` (no value when unlimited).
+    PidsFraction,
+    /// Seconds until the working set reaches the limit (no value while not growing).
+    MemoryFullIn,
+    // Per pod: acts on every container of the pod.
+    ConntrackEntries,
+    // Per node: acts on the top contributor.
+    NodeConntrackFraction,
+    NodeZombies,
+    /// Node tasks / `min(pid_max, threads-max)`; acts on the top container by `pids`.
+    NodePidsFraction,
+    /// Seconds until the node's conntrack table is full; acts on the top pod by entries.
+    NodeConntrackFullIn,
+    /// Seconds until the node's task table is full; acts on the top container by `pids`.
+    NodePidsFullIn,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Container,
+    Pod,
+    Node,
+}
+
+impl SignalKind {
+    pub fn scope(self) -> Scope {
+        match self {
+            SignalKind::ConntrackEntries => Scope::Pod,
+            SignalKind::NodeConntrackFraction
+            | SignalKind::NodeZombies
+            | SignalKind::NodePidsFraction
+            | SignalKind::NodeConntrackFullIn
+            | SignalKind::NodePidsFullIn => Scope::Node,
+            _ => Scope::Container,
+        }
+    }
+
+    /// A ratio in 0..=1 (thresholds are fractions).
+    pub fn is_fraction(self) -> bool {
+        matches!(
+            self,
+            SignalKind::MemoryWorkingSetFraction
+                | SignalKind::NodeConntrackFraction
+                | SignalKind::PidsFraction
+                | SignalKind::NodePidsFraction
+        )
+    }
+
+    /// A time to full in seconds: rules on it hold `below` a duration.
+    pub fn is_time(self) -> bool {
+        matches!(
+            self,
+            SignalKind::MemoryFullIn | SignalKind::NodeConntrackFullIn | SignalKind::NodePidsFullIn
+        )
+    }
+
+    /// The node signal's per-contributor counterpart, used to pick the top contributor.
+    pub fn contributor(self) -> Option<SignalKind> {
+        match self {
+            SignalKind::NodeConntrackFraction | SignalKind::NodeConntrackFullIn => {
+                Some(SignalKind::ConntrackEntries)
+            }
+            SignalKind::NodeZombies => Some(SignalKind::Zombies),
+            SignalKind::NodePidsFraction | SignalKind::NodePidsFullIn => Some(SignalKind::Pids),
+            _ => None,
+        }
+    }
+}
+
+/// Which side of the threshold holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Direction {
+    /// Holds while the value is strictly above the threshold; clears at or below `clear_at`.
+    #[default]
+    Above,
+    /// Holds while the value is strictly below the threshold; clears at or above `clear_at`.
+    Below,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HoldSpec {
+    pub threshold: f64,
+    /// Clears only at or beyond this, on the other side (hysteresis); defaults to `threshold`.
+    pub clear_at: f64,
+    pub hold_for: Duration,
+    pub clear_for: Duration,
+    pub direction: Direction,
+}
+
+impl HoldSpec {
+    /// The value is on the holding side of the threshold.
+    pub fn exceeds(&self, value: f64) -> bool {
+        match self.direction {
+            Direction::Above => value > self.threshold,
+            Direction::Below => value < self.threshold,
+        }
+    }
+
+    /// The value is back at or beyond the clear level.
+    pub fn back(&self, value: f64) -> bool {
+        match self.direction {
+            Direction::Above => value <= self.clear_at,
+            Direction::Below => value >= self.clear_at,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RestartLoopSpec {
+    pub burst_restarts: u32,
+    pub burst_window: Duration,
+    pub bursts: u32,
+    pub window: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    Freeze,
+    Kill,
+    Report,
+}
+
+impl ActionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::Freeze => "freeze",
+            ActionKind::Kill => "kill",
+            ActionKind::Report => "report",
+        }
+    }
+}
+
+/// How long a tripped breaker holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldPolicy {
+    For(Duration),
+    /// Until the owner deploys a new revision (or an operator releases it).
+    UntilNewRevision,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Condition {
+    Threshold {
+        signal: SignalKind,
+        spec: HoldSpec,
+        /// Node rules: the top contributor must itself be above this to be acted on.
+        contributor_floor: f64,
+    },
+    RestartLoop(RestartLoopSpec),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub name: String,
+    pub condition: Condition,
+    pub action: ActionKind,
+    pub hold: HoldPolicy,
+}
+
+impl Rule {
+    pub fn threshold(&self) -> f64 {
+        match &self.condition {
+            Condition::Threshold { spec, .. } => spec.threshold,
+            Condition::RestartLoop(s) => f64::from(s.bursts),
+        }
+    }
+}
