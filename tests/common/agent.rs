@@ -83,19 +83,40 @@ impl AgentProc {
     /// Starts the agent after moving its shell into every `cgroup.procs` in `join` (`exec` keeps
     /// the pid), so the agent runs from its first instruction in those cgroups.
     pub fn start_in(config: &Path, addr: SocketAddr, log: PathBuf, join: &[PathBuf]) -> AgentProc {
+        AgentProc::launch(Path::new(BIN), None, config, addr, log, join)
+    }
+
+    /// `start_in` with another binary (an older build) and, if given, inside the network
+    /// namespace `netns` (a `/run/netns/...` file; `nsenter` execs, so the pid is the agent's).
+    pub fn launch(
+        bin: &Path,
+        netns: Option<&Path>,
+        config: &Path,
+        addr: SocketAddr,
+        log: PathBuf,
+        join: &[PathBuf],
+    ) -> AgentProc {
         let err = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
             .expect("agent log");
-        let child = Command::new("sh")
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={}", ns.display())).arg("sh");
+                c
+            }
+            None => Command::new("sh"),
+        };
+        let child = cmd
             .arg("-c")
             .arg(
                 r#"for f in "$@"; do echo $$ > "$f" || exit 97; done; exec "$NG_BIN" --config "$NG_CONFIG""#,
             )
             .arg("sh")
             .args(join)
-            .env("NG_BIN", BIN)
+            .env("NG_BIN", bin)
             .env("NG_CONFIG", config)
             .env_remove("NODE_NAME")
             .env_remove("POD_NAMESPACE")

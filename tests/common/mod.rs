@@ -666,6 +666,21 @@ impl TestNode {
     }
 }
 
+impl TestNode {
+    /// Removes a pod whose containers are gone (`remove_cgroup`): its cgroup and log directory.
+    pub fn remove_pod(&mut self, pod: &Pod) {
+        let rel = self.rel(&pod.cgroup);
+        let mut removed = true;
+        for h in &self.hierarchies {
+            removed &= rmdir_retry(&h.join(rel.trim_start_matches('/')));
+        }
+        if removed {
+            self.created.retain(|p| *p != rel);
+        }
+        let _ = std::fs::remove_dir_all(self.pod_log_dir(pod));
+    }
+}
+
 fn finish(mut p: Proc) {
     drop(p.stdin.take());
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -56,6 +56,13 @@ impl TestNode {
         ns
     }
 
+    /// A namespace without conntrack (as a pod's is until something in it needs conntrack).
+    pub fn netns_plain(&mut self) -> Rc<Netns> {
+        let ns = Rc::new(Netns::create(false));
+        self.guards.push(ns.clone());
+        ns
+    }
+
     /// A veth pair between two namespaces, deleted once every process of the node is stopped.
     pub fn veth(&mut self, a: &Netns, b: &Netns) -> Rc<Veth> {
         let v = Rc::new(Veth::new(a, b));
@@ -96,6 +103,11 @@ impl Netns {
     /// Creates the namespace: lo up, IPv6 off, conntrack on. UDP timeouts are raised to 10 min so
     /// no entry expires mid-test on a slow machine (TCP established entries last 5 days).
     pub fn new() -> Netns {
+        Netns::create(true)
+    }
+
+    /// `conntrack`: load a rule that needs it, so the namespace tracks its flows.
+    fn create(conntrack: bool) -> Netns {
         let name = format!("ngn-{}-{}", std::process::id(), next());
         run("ip", &["netns", "add", &name]);
         // The guard exists from here on: a failure below still deletes the namespace.
@@ -107,6 +119,9 @@ impl Netns {
         ns.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"]);
         ns.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.lo.disable_ipv6=1"]);
         run("ip", &["-n", &ns.name, "link", "set", "lo", "up"]);
+        if !conntrack {
+            return ns;
+        }
         // A rule that needs conntrack: without one the namespace tracks nothing. It enables
         // conntrack for the whole namespace, so inbound flows (prerouting) are tracked as well.
         ns.exec(&["nft", "add", "table", "inet", "ngt"]);
