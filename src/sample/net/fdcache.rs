@@ -167,7 +167,7 @@ impl SocketCache {
                 let dir = fd_dir(&self.proc_root, pid);
                 let (st, opened) = if self.stats.incremental {
                     match self.fd_stat(pid, &dir) {
-                        Ok(Some(v)) => v,
+                        Ok(Some((st, opened))) => (Some(st), opened),
                         Ok(None) => continue,
                         Err(e) => {
                             push_error(&dir, e, errors, &mut out.denied);
@@ -301,12 +301,12 @@ impl SocketCache {
         &mut self,
         pid: u32,
         dir: &Path,
-    ) -> Result<Option<(Option<FileStat>, Option<OwnedFd>)>, Errno> {
+    ) -> Result<Option<(FileStat, Option<OwnedFd>)>, Errno> {
         let mut unheld = false;
         if let Some(e) = self.pids.get(&pid) {
             match &e.dir {
                 Some(fd) => match fstat(fd.as_raw_fd()) {
-                    Ok(st) => return Ok(Some((Some(st), None))),
+                    Ok(st) => return Ok(Some((st, None))),
                     Err(Errno::ENOENT | Errno::ESRCH) => self.forget(pid),
                     Err(e) => return Err(e),
                 },
@@ -347,7 +347,7 @@ impl SocketCache {
             None => stat(dir),
         };
         match st {
-            Ok(st) => Ok(Some((Some(st), opened))),
+            Ok(st) => Ok(Some((st, opened))),
             Err(Errno::ENOENT | Errno::ESRCH) => Ok(None),
             Err(e) => Err(e),
         }

@@ -141,10 +141,7 @@ impl NetnsFiles {
         let held = self.touch(ns);
         let mut buf = std::mem::take(&mut self.buf);
         let read = if held {
-            let slot = self
-                .by_ns
-                .get_mut(&ns)
-                .map(|h| &mut h.files[file.index()]);
+            let slot = self.by_ns.get_mut(&ns).map(|h| &mut h.files[file.index()]);
             read_held(slot, &path, &mut buf)
         } else {
             read_once(&path, &mut buf)
@@ -187,7 +184,11 @@ impl NetnsFiles {
 }
 
 /// Reads the held file from offset 0, opening it first if it is not held yet.
-fn read_held(slot: Option<&mut Option<File>>, path: &Path, buf: &mut Vec<u8>) -> Result<bool, ReadError> {
+fn read_held(
+    slot: Option<&mut Option<File>>,
+    path: &Path,
+    buf: &mut Vec<u8>,
+) -> Result<bool, ReadError> {
     let Some(slot) = slot else {
         return read_once(path, buf);
     };
@@ -281,21 +282,28 @@ mod tests {
         let (_d, root) = fixture();
         let mut f = NetnsFiles::new(root.clone());
         f.begin_tick();
-        let s = f.parse(7, 42, NsFile::Sockstat, parse_sockstat).unwrap().unwrap();
+        let s = f
+            .parse(7, 42, NsFile::Sockstat, parse_sockstat)
+            .unwrap()
+            .unwrap();
         assert_eq!(s.tcp_inuse, 3);
         assert_eq!(f.parse(7, 42, NsFile::Sockstat6, |_| Ok(())).unwrap(), None);
         f.end_tick();
         assert_eq!(f.held(), 1);
         // Rewritten in place (same inode): the held file shows the new text.
         let p = root.join("42/net/sockstat");
-        let text = "sockets: used 5\nTCP: inuse 9 orphan 0 tw 1 alloc 4 mem 1\nUDP: inuse 2 mem 0\n";
+        let text =
+            "sockets: used 5\nTCP: inuse 9 orphan 0 tw 1 alloc 4 mem 1\nUDP: inuse 2 mem 0\n";
         std::fs::OpenOptions::new()
             .write(true)
             .open(&p)
             .and_then(|mut w| std::io::Write::write_all(&mut w, text.as_bytes()))
             .unwrap();
         f.begin_tick();
-        let s = f.parse(7, 42, NsFile::Sockstat, parse_sockstat).unwrap().unwrap();
+        let s = f
+            .parse(7, 42, NsFile::Sockstat, parse_sockstat)
+            .unwrap()
+            .unwrap();
         assert_eq!(s.tcp_inuse, 9);
         f.end_tick();
         // A namespace not seen in a tick is let go.
@@ -309,7 +317,10 @@ mod tests {
         let (_d, root) = fixture();
         let mut f = NetnsFiles::new(root).with_max(0);
         f.begin_tick();
-        let s = f.parse(7, 42, NsFile::Sockstat, parse_sockstat).unwrap().unwrap();
+        let s = f
+            .parse(7, 42, NsFile::Sockstat, parse_sockstat)
+            .unwrap()
+            .unwrap();
         assert_eq!(s.udp_inuse, 2);
         assert_eq!(f.held(), 0);
     }
@@ -320,7 +331,9 @@ mod tests {
         let mut f = NetnsFiles::new(root);
         f.begin_tick();
         let e = f
-            .parse(7, 42, NsFile::Sockstat, |_| -> Result<(), _> { Err(ParseError::new("no")) })
+            .parse(7, 42, NsFile::Sockstat, |_| -> Result<(), _> {
+                Err(ParseError::new("no"))
+            })
             .unwrap_err();
         assert!(e.path().ends_with("42/net/sockstat"), "{e}");
     }
@@ -340,14 +353,26 @@ mod tests {
         )
         .unwrap();
         let new: IpAddr = "10.9.9.9".parse().unwrap();
-        assert_eq!(f.addresses(7, 42, t0 + Duration::from_secs(5), false).unwrap(), vec![ip]);
-        assert_eq!(f.addresses(7, 42, t0 + Duration::from_secs(5), true).unwrap(), vec![new]);
-        std::fs::write(&trie, "Main:\n").unwrap();
         assert_eq!(
-            f.addresses(7, 42, t0 + Duration::from_secs(10), false).unwrap(),
+            f.addresses(7, 42, t0 + Duration::from_secs(5), false)
+                .unwrap(),
+            vec![ip]
+        );
+        assert_eq!(
+            f.addresses(7, 42, t0 + Duration::from_secs(5), true)
+                .unwrap(),
             vec![new]
         );
-        assert_eq!(f.addresses(7, 42, t0 + ADDR_REFRESH * 2, false).unwrap(), Vec::<IpAddr>::new());
+        std::fs::write(&trie, "Main:\n").unwrap();
+        assert_eq!(
+            f.addresses(7, 42, t0 + Duration::from_secs(10), false)
+                .unwrap(),
+            vec![new]
+        );
+        assert_eq!(
+            f.addresses(7, 42, t0 + ADDR_REFRESH * 2, false).unwrap(),
+            Vec::<IpAddr>::new()
+        );
         // None known: read every time.
         std::fs::write(
             &trie,
@@ -367,7 +392,10 @@ mod tests {
         let pid = std::process::id();
         for _ in 0..2 {
             f.begin_tick();
-            assert!(f.parse(1, pid, NsFile::Sockstat, parse_sockstat).unwrap().is_some());
+            assert!(f
+                .parse(1, pid, NsFile::Sockstat, parse_sockstat)
+                .unwrap()
+                .is_some());
             f.end_tick();
         }
         assert_eq!(f.held(), 1);

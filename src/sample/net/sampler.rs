@@ -214,7 +214,14 @@ impl NetSampler {
         out.cpu.sockets = cpu2.saturating_sub(cpu1);
         if self.conntrack.is_some() {
             let dump_due = self.read_node_conntrack(&mut out, ct_errors);
-            self.sample_pods(inv, &workload_netns, &netns_pid, dump_due, &mut out, ct_errors);
+            self.sample_pods(
+                inv,
+                &workload_netns,
+                &netns_pid,
+                dump_due,
+                &mut out,
+                ct_errors,
+            );
             self.sample_conntrack(dump_due, &mut out, ct_errors);
             out.cpu.conntrack += lookup + thread_cpu().saturating_sub(cpu2);
         } else {
