@@ -8,6 +8,7 @@ pub mod ctnetlink;
 pub mod dump;
 pub mod fdcache;
 pub mod inet;
+pub mod nsfiles;
 pub mod ports;
 pub mod sampler;
 pub mod sockdiag;

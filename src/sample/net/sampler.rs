@@ -2,18 +2,17 @@
 //! conntrack entries (O(1) per pod), the node's conntrack usage, and, above a trigger, the
 //! host-scope attribution of the node's table by pod address (on the dump worker).
 
-use super::addrs::{parse_fib_trie_locals, parse_if_inet6};
-use super::conntrack::{netns_entries, NodeConntrack};
+use super::conntrack::{parse_stat_entries, NodeConntrack};
 use super::ctnetlink::is_denied;
 use super::dump::{DumpOutcome, DumpResult, DumpWorker};
 use super::fdcache::{Attribution, CacheStats, SocketCache};
+use super::nsfiles::{NetnsFiles, NsFile};
 use super::ports::{read_namespaces, PortRange, PortUsage, PortsJob, PortsOutcome};
 use super::sockets::{classify_netns, netns_of, FdWalker};
 use super::sockstat::{parse_sockstat, parse_sockstat6};
 use crate::clock::Clock;
 use crate::discover::{Inventory, WorkloadKind};
 use crate::error::ReadError;
-use crate::fsio::{parse_optional, read_optional};
 use crate::model::{Feature, NetnsSockets, SocketCounts};
 use crate::sample::health::thread_cpu;
 use std::collections::HashMap;
@@ -97,6 +96,8 @@ pub struct NetSampler {
     features: HashMap<&'static str, Feature>,
     buf: Vec<u8>,
     ports: Option<PortsState>,
+    /// Pod namespaces' conntrack and sockstat files, held open; their addresses, cached.
+    netns_files: NetnsFiles,
 }
 
 impl NetSampler {
@@ -121,6 +122,7 @@ impl NetSampler {
             dump_denied: None,
             settings,
         });
+        let proc_root_files = proc_root.clone();
         NetSampler {
             walker: FdWalker::new(proc_root.clone()),
             cache: SocketCache::new(proc_root.clone(), super::fdcache::DEFAULT_FULL_WALK_EVERY),
@@ -133,6 +135,7 @@ impl NetSampler {
             features: HashMap::new(),
             buf: Vec::with_capacity(64 * 1024),
             ports: None,
+            netns_files: NetnsFiles::new(proc_root_files),
         }
     }
 
@@ -210,8 +213,16 @@ impl NetSampler {
         let cpu2 = thread_cpu();
         out.cpu.sockets = cpu2.saturating_sub(cpu1);
         if self.conntrack.is_some() {
-            self.sample_pods(inv, &workload_netns, &netns_pid, &mut out, ct_errors);
-            self.sample_conntrack(&mut out, ct_errors);
+            let dump_due = self.read_node_conntrack(&mut out, ct_errors);
+            self.sample_pods(
+                inv,
+                &workload_netns,
+                &netns_pid,
+                dump_due,
+                &mut out,
+                ct_errors,
+            );
+            self.sample_conntrack(dump_due, &mut out, ct_errors);
             out.cpu.conntrack += lookup + thread_cpu().saturating_sub(cpu2);
         } else {
             out.cpu.sockets += lookup;
@@ -266,10 +277,12 @@ impl NetSampler {
         inv: &Inventory,
         workload_netns: &[Option<u64>],
         netns_pid: &HashMap<u64, u32>,
+        dump_due: bool,
         out: &mut NetSample,
         errors: &mut Vec<ReadError>,
     ) {
         let mut ct_missing = false;
+        self.netns_files.begin_tick();
         let mut jobs: Vec<(String, PortsJob)> = Vec::new();
         let mut pod_netns: Vec<u64> = Vec::new();
         let now = self.clock.now();
@@ -293,18 +306,20 @@ impl NetSampler {
             pod_netns.push(ns);
             // A hostNetwork pod's namespace is the node's: its totals are node totals.
             if !net.host_network {
-                match netns_entries(&self.proc_root, pid) {
+                let files = &mut self.netns_files;
+                match files.parse(ns, pid, NsFile::Conntrack, parse_stat_entries) {
                     Ok(v) => {
                         ct_missing |= v.is_none();
                         net.netns_conntrack_entries = v;
                     }
                     Err(e) => errors.push(e),
                 }
-                match read_netns_sockets(&self.proc_root, pid) {
+                match read_netns_sockets(files, ns, pid) {
                     Ok(v) => net.netns_sockets = v,
                     Err(e) => errors.push(e),
                 }
-                match read_addresses(&self.proc_root, pid) {
+                // Needed for a dump only: read then, and otherwise refreshed now and then.
+                match files.addresses(ns, pid, now, dump_due) {
                     Ok(v) => net.addresses = v,
                     Err(e) => errors.push(e),
                 }
@@ -321,6 +336,7 @@ impl NetSampler {
             }
             out.pods.insert(pod.uid.clone(), net);
         }
+        self.netns_files.end_tick();
         self.sample_ports(now, jobs, pod_netns, out);
         self.set_feature(
             "pod_conntrack",
@@ -328,16 +344,33 @@ impl NetSampler {
         );
     }
 
-    fn sample_conntrack(&mut self, out: &mut NetSample, errors: &mut Vec<ReadError>) {
+    /// The node's usage; true when a dump is to be requested this tick (above the trigger, an
+    /// interval since the last request, and not refused: without CAP_NET_ADMIN the dump is off
+    /// until the agent restarts with it).
+    fn read_node_conntrack(&mut self, out: &mut NetSample, errors: &mut Vec<ReadError>) -> bool {
         let now = self.clock.now();
-        let clock = self.clock.clone();
         let Some(ct) = self.conntrack.as_mut() else {
-            return;
+            return false;
         };
         match ct.node.read() {
             Ok(v) => out.node_conntrack = v,
             Err(e) => errors.push(e),
         }
+        let above = out.node_conntrack.is_some_and(|(count, max)| {
+            max > 0 && count as f64 >= ct.settings.trigger * max as f64
+        });
+        let due = ct
+            .last_request
+            .is_none_or(|t| now.saturating_duration_since(t) >= ct.settings.interval);
+        above && due && ct.dump_denied.is_none()
+    }
+
+    fn sample_conntrack(&mut self, due: bool, out: &mut NetSample, errors: &mut Vec<ReadError>) {
+        let now = self.clock.now();
+        let clock = self.clock.clone();
+        let Some(ct) = self.conntrack.as_mut() else {
+            return;
+        };
         // Pick up a finished dump once.
         let mut denied_change = None;
         if let Some((seq, outcome, cpu)) = ct.worker.as_ref().and_then(|w| w.last()) {
@@ -361,14 +394,7 @@ impl NetSampler {
         if let Some(d) = denied_change {
             ct.dump_denied = d;
         }
-        let above = out.node_conntrack.is_some_and(|(count, max)| {
-            max > 0 && count as f64 >= ct.settings.trigger * max as f64
-        });
-        let due = ct
-            .last_request
-            .is_none_or(|t| now.saturating_duration_since(t) >= ct.settings.interval);
-        // Without CAP_NET_ADMIN the dump is off until the agent restarts with it.
-        if above && due && ct.dump_denied.is_none() {
+        if due {
             if ct.worker.is_none() {
                 match DumpWorker::spawn(ct.settings.host_netns.clone(), clock) {
                     Ok(w) => ct.worker = Some(w),
@@ -512,12 +538,15 @@ impl NetSampler {
     }
 }
 
-fn read_netns_sockets(proc_root: &Path, pid: u32) -> Result<Option<NetnsSockets>, ReadError> {
-    let dir = proc_root.join(pid.to_string()).join("net");
-    let Some(v4) = parse_optional(&dir.join("sockstat"), parse_sockstat)? else {
+fn read_netns_sockets(
+    files: &mut NetnsFiles,
+    ns: u64,
+    pid: u32,
+) -> Result<Option<NetnsSockets>, ReadError> {
+    let Some(v4) = files.parse(ns, pid, NsFile::Sockstat, parse_sockstat)? else {
         return Ok(None);
     };
-    let v6 = parse_optional(&dir.join("sockstat6"), parse_sockstat6)?;
+    let v6 = files.parse(ns, pid, NsFile::Sockstat6, parse_sockstat6)?;
     Ok(Some(NetnsSockets {
         tcp_inuse: v4.tcp_inuse,
         tcp_time_wait: v4.tcp_tw,
@@ -525,16 +554,4 @@ fn read_netns_sockets(proc_root: &Path, pid: u32) -> Result<Option<NetnsSockets>
         tcp6_inuse: v6.map_or(0, |s| s.tcp6_inuse),
         udp6_inuse: v6.map_or(0, |s| s.udp6_inuse),
     }))
-}
-
-fn read_addresses(proc_root: &Path, pid: u32) -> Result<Vec<IpAddr>, ReadError> {
-    let dir = proc_root.join(pid.to_string()).join("net");
-    let mut out: Vec<IpAddr> = Vec::new();
-    if let Some(t) = read_optional(&dir.join("fib_trie"))? {
-        out.extend(parse_fib_trie_locals(&t).into_iter().map(IpAddr::V4));
-    }
-    if let Some(t) = read_optional(&dir.join("if_inet6"))? {
-        out.extend(parse_if_inet6(&t).into_iter().map(IpAddr::V6));
-    }
-    Ok(out)
 }

@@ -150,10 +150,10 @@ fn read_parsed<T>(
 
 /// Counts, for one netns, the sockets in `owner` (inode -> workload index) by protocol and state.
 /// Returns `Ok(false)` when the process vanished before its tables could be read.
-pub fn classify_netns(
+pub fn classify_netns<S: std::hash::BuildHasher>(
     proc_root: &Path,
     pid: u32,
-    owner: &HashMap<u64, usize>,
+    owner: &HashMap<u64, usize, S>,
     counts: &mut HashMap<usize, SocketCounts>,
     buf: &mut Vec<u8>,
 ) -> Result<bool, ReadError> {
