@@ -591,7 +591,6 @@ pub fn parse_procs(text: &str) -> Vec<u32> {
     text.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
-
 #[cfg(test)]
 mod tests {
     #[test]

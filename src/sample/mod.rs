@@ -256,7 +256,10 @@ impl Samplers {
         for (i, w) in tick.inventory.workloads.iter().enumerate() {
             let mut pids = Vec::new();
             for rel in &w.subtree {
-                match listed.remove(rel).map_or_else(|| read_procs(&primary, rel), Ok) {
+                match listed
+                    .remove(rel)
+                    .map_or_else(|| read_procs(&primary, rel), Ok)
+                {
                     Ok(p) => pids.extend(p),
                     Err(e) => errors.push(e),
                 }

@@ -146,9 +146,7 @@ impl PidsReader {
                 path,
                 threads_file: self.threads_file,
             })),
-            Err(e) if fsio::is_gone(&e) || e.raw_os_error() == Some(nix::libc::ENOTDIR) => {
-                Ok(None)
-            }
+            Err(e) if fsio::is_gone(&e) || e.raw_os_error() == Some(nix::libc::ENOTDIR) => Ok(None),
             Err(e) => Err(ReadError::io(&path, e)),
         }
     }

@@ -85,7 +85,8 @@ impl ZombieTracker {
             .flat_map(|(i, w)| w.subtree.iter().map(move |r| (r.as_str(), i)))
             .collect();
         let mut work = TickWork::default();
-        let mut full = self.since_scan.is_none() || input.measures.is_none() || !table.has_children();
+        let mut full =
+            self.since_scan.is_none() || input.measures.is_none() || !table.has_children();
         if !full {
             self.verify(table, errors);
         }
@@ -125,8 +126,8 @@ impl ZombieTracker {
                 work.stale_scan = true;
                 let owner_of = input.owner_of;
                 let known = &self.known;
-                let (entries, scan_errors) =
-                    table.scan_with(|pid| owner_of.contains_key(&pid) || known.contains_key(&pid))?;
+                let (entries, scan_errors) = table
+                    .scan_with(|pid| owner_of.contains_key(&pid) || known.contains_key(&pid))?;
                 errors.extend(scan_errors);
                 self.learn(table, &entries, input, &by_path);
             }
