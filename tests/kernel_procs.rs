@@ -10,7 +10,10 @@ use nodeguard::discover::kubelet::QosClass;
 use nodeguard::sample::zombies::TickWork;
 use nodeguard::snapshot::{Snapshot, WorkloadSignals};
 
-fn zombies(w: &WorkloadSignals) -> (Option<u64>, Option<u64>, Vec<(u32, String, u64)>) {
+/// Processes, zombies, and the parents holding them (pid, comm, zombies).
+type Counts = (Option<u64>, Option<u64>, Vec<(u32, String, u64)>);
+
+fn zombies(w: &WorkloadSignals) -> Counts {
     (
         w.processes.map(|p| p.value),
         w.zombies.map(|z| z.value),

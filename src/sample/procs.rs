@@ -127,6 +127,9 @@ pub struct ProcSummary {
     pub zombie_parents: Vec<ZombieParent>,
 }
 
+/// A scanned process and its start time (clock ticks after boot).
+pub type Scanned = (ProcEntry, u64);
+
 /// Reads /proc relative to a descriptor held from construction: one path component per pid
 /// instead of a walk from `/` (the walks were a third of the scan's kernel time).
 #[derive(Debug)]
@@ -205,7 +208,7 @@ impl ProcTable {
     pub fn scan_with(
         &self,
         mut skip: impl FnMut(u32) -> bool,
-    ) -> Result<(Vec<(ProcEntry, u64)>, Vec<ReadError>), ReadError> {
+    ) -> Result<(Vec<Scanned>, Vec<ReadError>), ReadError> {
         let rd = std::fs::read_dir(&self.root).map_err(|e| ReadError::io(&self.root, e))?;
         let mut out = Vec::with_capacity(512);
         let mut errors = Vec::new();
@@ -379,6 +382,21 @@ mod tests {
         assert!(parse_stat(b"1 (x) R 0").is_err(), "truncated");
         let bad_utf8 = b"5 (\xffz) S 1 5 5 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 3 0 4 0";
         assert_eq!(parse_stat(bad_utf8).unwrap().comm, "\u{fffd}z");
+    }
+
+    #[test]
+    fn pid_lists_and_the_unknown_difference() {
+        assert_eq!(
+            parse_pid_list(b"12 13\n14\n\nx 15 ").collect::<Vec<_>>(),
+            vec![12, 13, 14, 15]
+        );
+        assert_eq!(parse_pid_list(b"").count(), 0);
+        // 9 charged, 6 live threads, 2 zombies known: one to look for.
+        assert_eq!(unknown_zombies(9, 6, 2), 1);
+        assert_eq!(unknown_zombies(9, 6, 3), 0);
+        // More listed than charged (a fork between the reads) or known than shown: nothing.
+        assert_eq!(unknown_zombies(5, 6, 0), 0);
+        assert_eq!(unknown_zombies(8, 6, 4), 0);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! read too: that finds zombies charged outside every workload (their parent in one), which no
 //! difference shows.
 
-use super::procs::{attribute_zombies, ProcEntry, ProcSummary, ProcTable};
+use super::procs::{attribute_zombies, ProcEntry, ProcSummary, ProcTable, Scanned};
 use crate::discover::Workload;
 use crate::error::ReadError;
 use std::collections::{HashMap, HashSet};
@@ -247,7 +247,7 @@ impl ZombieTracker {
     fn learn(
         &mut self,
         table: &ProcTable,
-        entries: &[(ProcEntry, u64)],
+        entries: &[Scanned],
         input: &TickInput<'_>,
         by_path: &HashMap<&str, usize>,
     ) {
