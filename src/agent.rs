@@ -205,6 +205,11 @@ impl Agent {
         })
     }
 
+    /// What the zombie tracker did at the last tick: a full scan, a staleness pass, walks.
+    pub fn zombie_work(&self) -> crate::sample::zombies::TickWork {
+        self.samplers.zombie_work()
+    }
+
     pub fn layout(&self) -> &CgroupLayout {
         &self.layout
     }

@@ -94,6 +94,9 @@ pub struct Discovery {
     last_sandboxes: HashSet<String>,
     last_index: NameIndex,
     stats: DiscoveryStats,
+    /// `cgroup.procs` read during the last scan, by cgroup: the process sampler takes them
+    /// instead of reading the same files again.
+    listed: std::collections::HashMap<String, Vec<u32>>,
 }
 
 impl Discovery {
@@ -112,6 +115,7 @@ impl Discovery {
             last_sandboxes: HashSet::new(),
             last_index: NameIndex::default(),
             stats: DiscoveryStats::default(),
+            listed: std::collections::HashMap::new(),
         }
     }
 
@@ -190,7 +194,22 @@ impl Discovery {
         }
     }
 
+    /// The `cgroup.procs` listings the last scan read (each taken once).
+    pub fn take_listed(&mut self) -> std::collections::HashMap<String, Vec<u32>> {
+        std::mem::take(&mut self.listed)
+    }
+
+    /// `cgroup.procs` of `rel`, kept for the process sampler of this tick.
+    fn listed_procs(&mut self, rel: &str) -> Result<&[u32], ReadError> {
+        if !self.listed.contains_key(rel) {
+            let pids = read_procs(&self.primary, rel)?;
+            self.listed.insert(rel.to_owned(), pids);
+        }
+        Ok(self.listed.get(rel).map_or(&[], Vec::as_slice))
+    }
+
     pub fn scan(&mut self) -> Result<Inventory, ReadError> {
+        self.listed.clear();
         let index = self.names.load()?;
         let mut stats = DiscoveryStats {
             non_utf8_log_names: index.non_utf8_names,
@@ -231,7 +250,7 @@ impl Discovery {
             let subtree_end = subtree_end(&dirs, i);
             let is_unit = name.ends_with(".service") || name.ends_with(".scope");
             let is_leaf = subtree_end == i + 1;
-            if is_unit || (is_leaf && !comps.is_empty() && has_procs(&self.primary, &rel)?) {
+            if is_unit || (is_leaf && !comps.is_empty() && !self.listed_procs(&rel)?.is_empty()) {
                 let label = if is_unit {
                     name.to_owned()
                 } else {
@@ -336,7 +355,7 @@ impl Discovery {
         if self.sandbox_cache.contains(id) {
             return Ok(Unlinked::Sandbox);
         }
-        let pids = read_procs(&self.primary, rel)?;
+        let pids = self.listed_procs(rel)?.to_vec();
         let mut comms = Vec::with_capacity(pids.len());
         let mut comm = Vec::new();
         for pid in &pids {
@@ -570,10 +589,6 @@ pub fn read_procs(root: &Path, rel: &str) -> Result<Vec<u32>, ReadError> {
 /// Pure: one pid per line; junk lines are skipped.
 pub fn parse_procs(text: &str) -> Vec<u32> {
     text.lines().filter_map(|l| l.trim().parse().ok()).collect()
-}
-
-fn has_procs(root: &Path, rel: &str) -> Result<bool, ReadError> {
-    Ok(!read_procs(root, rel)?.is_empty())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod oom;
 pub mod pids;
 pub mod procs;
 pub mod selfstat;
+pub mod zombies;
 
 use crate::clock::Clock;
 use crate::discover::{read_procs, CgroupLayout, Discovery, Inventory};
@@ -83,6 +84,9 @@ pub struct Samplers {
     net: NetSampler,
     kmsg: Option<KmsgSource>,
     last_inventory: Inventory,
+    zombies: zombies::ZombieTracker,
+    /// Live pid -> workload, kept between ticks for its allocation.
+    owner_of: HashMap<u32, usize>,
     pub health: Vec<SamplerHealth>,
 }
 
@@ -126,6 +130,8 @@ impl Samplers {
             net,
             kmsg: None,
             last_inventory: Inventory::default(),
+            zombies: zombies::ZombieTracker::default(),
+            owner_of: HashMap::new(),
             health,
         }
     }
@@ -258,7 +264,9 @@ impl Samplers {
         self.health[MEMORY].finish(t, self.clock.now(), &errors, true);
     }
 
-    /// Lists each workload's pids, then scans /proc for zombies.
+    /// Lists each workload's pids and reads its pids controller, then finds the zombies: where
+    /// the controller's count shows none that are not already known, no /proc read at all
+    /// (`zombies.rs`).
     fn sample_procs(&mut self, tick: &mut TickSample) {
         let needed =
             self.procs.is_some() || self.net.sockets_enabled() || self.net.conntrack_enabled();
@@ -268,46 +276,68 @@ impl Samplers {
         let t = self.clock.now();
         let primary = self.layout.primary();
         let mut errors: Vec<ReadError> = Vec::new();
-        let mut owner_of = HashMap::new();
+        let mut owner_of = std::mem::take(&mut self.owner_of);
+        owner_of.clear();
         let mut summaries: HashMap<usize, ProcSummary> = HashMap::new();
+        let mut listed = self.discovery.take_listed();
+        let track = self.procs.as_ref().is_some_and(ProcTable::has_children);
+        let mut measures = Vec::new();
+        let mut buf = Vec::new();
         for (i, w) in tick.inventory.workloads.iter().enumerate() {
             let mut pids = Vec::new();
             for rel in &w.subtree {
-                match read_procs(&primary, rel) {
+                match listed
+                    .remove(rel)
+                    .map_or_else(|| read_procs(&primary, rel), Ok)
+                {
                     Ok(p) => pids.extend(p),
                     Err(e) => errors.push(e),
                 }
+            }
+            // After the listing: a fork in between can only make a spurious difference.
+            if let Some(reader) = &self.pids {
+                let (sample, m) = measure(reader, w, pids.len(), track, &mut buf, &mut errors);
+                tick.pids_controller.push(sample);
+                measures.push(m);
             }
             owner_of.extend(pids.iter().map(|&p| (p, i)));
             summaries.entry(i).or_default().processes = pids.len() as u64;
             tick.pids.push(pids);
         }
         if let Some(reader) = &self.pids {
-            for w in &tick.inventory.workloads {
-                tick.pids_controller
-                    .push(Reading::of(reader.read(&w.cgroup), &mut errors));
-            }
             match reader.read_node() {
                 Ok(v) => tick.node_pids = v,
                 Err(e) => errors.push(e),
             }
         }
         let Some(table) = &self.procs else {
+            self.owner_of = owner_of;
             return;
         };
-        match table.scan() {
-            Ok((entries, scan_errors)) => {
-                errors.extend(scan_errors);
-                let has_unified = self.layout.unified().is_some();
-                let workloads = &tick.inventory.workloads;
-                let zombies = procs::attribute_zombies(&entries, &owner_of, |pid| {
-                    // Only meaningful where workloads live in the v2 tree under the same path.
-                    if !has_unified {
-                        return None;
-                    }
-                    let path = table.unified_path(pid).ok().flatten()?;
-                    workloads.iter().position(|w| w.subtree.contains(&path))
-                });
+        let workloads = &tick.inventory.workloads;
+        let input = zombies::TickInput {
+            workloads,
+            owner_of: &owner_of,
+            measures: (self.pids.is_some() && track).then_some(measures.as_slice()),
+            has_unified: self.layout.unified().is_some(),
+        };
+        let pids_reader = self.pids.as_ref();
+        let remeasure = |i: usize, errors: &mut Vec<ReadError>| {
+            let w = &workloads[i];
+            let mut n = 0;
+            for rel in &w.subtree {
+                match read_procs(&primary, rel) {
+                    Ok(p) => n += p.len(),
+                    Err(e) => errors.push(e),
+                }
+            }
+            match pids_reader {
+                Some(r) => measure(r, w, n, true, &mut Vec::new(), errors).1,
+                None => zombies::Measure::default(),
+            }
+        };
+        match self.zombies.tick(table, &input, remeasure, &mut errors) {
+            Ok(zombies) => {
                 for (i, z) in zombies {
                     let s = summaries.entry(i).or_default();
                     s.zombies = z.zombies;
@@ -321,6 +351,12 @@ impl Samplers {
                 self.health[PROCESSES].finish(t, self.clock.now(), &errors, false);
             }
         }
+        self.owner_of = owner_of;
+    }
+
+    /// What the zombie tracker did at the last tick (tests).
+    pub fn zombie_work(&self) -> zombies::TickWork {
+        self.zombies.last
     }
 
     fn sample_net(&mut self, tick: &mut TickSample) {
@@ -352,4 +388,71 @@ impl Samplers {
         }
         tick.net = Some(net);
     }
+}
+
+/// Workload `w`'s pids controller (reported) and the tracker's measure: `pids.current` after the
+/// listing of `procs` processes, and where that shows more tasks (threads or zombies), the live
+/// threads and `pids.current` once more (the larger reading counts).
+fn measure(
+    reader: &PidsReader,
+    w: &crate::discover::Workload,
+    procs: usize,
+    track: bool,
+    buf: &mut Vec<u8>,
+    errors: &mut Vec<ReadError>,
+) -> (Reading<PidsSample>, zombies::Measure) {
+    let mut m = zombies::Measure::default();
+    let dir = match reader.open(&w.cgroup) {
+        Ok(Some(d)) => d,
+        Ok(None) => return (Reading::Absent, m),
+        Err(e) => {
+            errors.push(e);
+            return (Reading::Failed, m);
+        }
+    };
+    let sample = match dir.sample(buf) {
+        Ok(s) => s,
+        Err(e) => {
+            errors.push(e);
+            return (Reading::Failed, m);
+        }
+    };
+    let Some(first) = sample else {
+        return (Reading::Absent, m);
+    };
+    m.current = Some(first.current);
+    m.live = procs;
+    if !track || first.current <= procs as u64 {
+        return (Reading::Read(first), m);
+    }
+    let mut listed = true;
+    for (k, rel) in w.subtree.iter().enumerate() {
+        let read = if k == 0 {
+            dir.threads(buf, &mut m.tids)
+        } else {
+            match reader.open(rel) {
+                Ok(Some(d)) => d.threads(buf, &mut m.tids),
+                Ok(None) => Ok(false),
+                Err(e) => Err(e),
+            }
+        };
+        match read {
+            Ok(true) => {}
+            Ok(false) => listed = listed && k > 0,
+            Err(e) => {
+                errors.push(e);
+                listed = false;
+            }
+        }
+    }
+    m.live = m.tids.len();
+    match dir.current(buf) {
+        Ok(Some(again)) if listed => m.current = Some(first.current.max(again)),
+        Ok(_) => m.current = None,
+        Err(e) => {
+            errors.push(e);
+            m.current = None;
+        }
+    }
+    (Reading::Read(first), m)
 }

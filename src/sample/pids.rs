@@ -8,9 +8,11 @@
 
 use crate::discover::join_rel;
 use crate::error::{ParseError, ReadError};
-use crate::fsio::parse_optional;
+use crate::fsio::{self, parse_optional};
 use crate::model::{NodePids, PidsSample};
 use crate::sample::memory::parse_u64;
+use crate::sample::procs::{parse_pid_list, read_rel};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// Pure: `pids.max`, `max` meaning no limit.
@@ -40,25 +42,106 @@ pub fn parse_loadavg_tasks(text: &str) -> Result<u64, ParseError> {
 pub struct PidsReader {
     root: PathBuf,
     proc_root: PathBuf,
+    /// The file listing a cgroup's live threads: v1 `tasks`, v2 `cgroup.threads`.
+    threads_file: &'static str,
+}
+
+/// One cgroup's directory in the pids hierarchy, opened once: its files are then opened by name.
+#[derive(Debug)]
+pub struct PidsDir {
+    fd: OwnedFd,
+    path: PathBuf,
+    threads_file: &'static str,
+}
+
+impl PidsDir {
+    fn read(&self, name: &str, buf: &mut Vec<u8>) -> Result<Option<String>, ReadError> {
+        match read_rel(self.fd.as_fd(), name, buf) {
+            Ok(true) => Ok(Some(String::from_utf8_lossy(buf).into_owned())),
+            Ok(false) => Ok(None),
+            Err(e) => Err(ReadError::io(&self.path.join(name), e)),
+        }
+    }
+
+    fn parse<T>(
+        &self,
+        name: &str,
+        buf: &mut Vec<u8>,
+        parse: impl FnOnce(&str) -> Result<T, ParseError>,
+    ) -> Result<Option<T>, ReadError> {
+        match self.read(name, buf)? {
+            Some(t) => parse(&t)
+                .map(Some)
+                .map_err(|e| ReadError::parse(&self.path.join(name), e)),
+            None => Ok(None),
+        }
+    }
+
+    /// `pids.current`; `Ok(None)` without the controller (or the cgroup is gone).
+    pub fn current(&self, buf: &mut Vec<u8>) -> Result<Option<u64>, ReadError> {
+        self.parse("pids.current", buf, parse_u64)
+    }
+
+    /// `pids.current` and `pids.max`.
+    pub fn sample(&self, buf: &mut Vec<u8>) -> Result<Option<PidsSample>, ReadError> {
+        let Some(current) = self.current(buf)? else {
+            return Ok(None);
+        };
+        let Some(limit) = self.parse("pids.max", buf, parse_pids_max)? else {
+            return Ok(None);
+        };
+        Ok(Some(PidsSample { current, limit }))
+    }
+
+    /// Appends the cgroup's live threads (zombies are not listed); `Ok(false)` when gone.
+    pub fn threads(&self, buf: &mut Vec<u8>, out: &mut Vec<u32>) -> Result<bool, ReadError> {
+        match read_rel(self.fd.as_fd(), self.threads_file, buf) {
+            Ok(true) => {
+                out.extend(parse_pid_list(buf));
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(e) => Err(ReadError::io(&self.path.join(self.threads_file), e)),
+        }
+    }
 }
 
 impl PidsReader {
     /// `root`: the pids hierarchy (v1 `pids` mount or the unified tree); `proc_root`: `/proc`.
     pub fn new(root: PathBuf, proc_root: PathBuf) -> Self {
-        PidsReader { root, proc_root }
+        let threads_file = if root.join("cgroup.controllers").is_file() {
+            "cgroup.threads"
+        } else {
+            "tasks"
+        };
+        PidsReader {
+            root,
+            proc_root,
+            threads_file,
+        }
+    }
+
+    /// Opens a cgroup's directory; `Ok(None)` when it does not exist in this hierarchy.
+    pub fn open(&self, rel: &str) -> Result<Option<PidsDir>, ReadError> {
+        let path = join_rel(&self.root, rel);
+        match fsio::open_dir(&path) {
+            Ok(fd) => Ok(Some(PidsDir {
+                fd,
+                path,
+                threads_file: self.threads_file,
+            })),
+            Err(e) if fsio::is_gone(&e) || e.raw_os_error() == Some(nix::libc::ENOTDIR) => Ok(None),
+            Err(e) => Err(ReadError::io(&path, e)),
+        }
     }
 
     /// `Ok(None)` when the cgroup (or its pids controller) does not exist: churn, or the
     /// controller is not enabled there.
     pub fn read(&self, rel: &str) -> Result<Option<PidsSample>, ReadError> {
-        let dir = join_rel(&self.root, rel);
-        let Some(current) = parse_optional(&dir.join("pids.current"), parse_u64)? else {
-            return Ok(None);
-        };
-        let Some(limit) = parse_optional(&dir.join("pids.max"), parse_pids_max)? else {
-            return Ok(None);
-        };
-        Ok(Some(PidsSample { current, limit }))
+        match self.open(rel)? {
+            Some(dir) => dir.sample(&mut Vec::new()),
+            None => Ok(None),
+        }
     }
 
     /// The node's task table; `Ok(None)` when a file is missing (not a Linux procfs).
