@@ -6,9 +6,10 @@ use crate::sample::logs::LineCounts;
 use crate::sample::procs::ZombieParent;
 use crate::snapshot::{
     BreakerView, GuardStatus, Held, MemoryValues, PendingView, PodSignals, SamplerStatus,
+    WorkloadSignals,
 };
 use crate::workload::WorkloadId;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Label values nobody should be able to turn into syntax.
 fn hostile() -> Vec<String> {
@@ -494,4 +495,166 @@ fn docs_metrics_md_lists_every_family_with_its_type_and_labels() {
         "code and docs/metrics.md disagree:\n - {}",
         problems.join("\n - ")
     );
+}
+
+/// Every optional part of the snapshot filled, so every family has samples.
+fn full_snapshot() -> Snapshot {
+    use crate::sample::pids::{NodePids, PidsSample};
+    use crate::snapshot::{
+        DumpStatus, EphemeralPorts, Feature, KmsgStatus, NetnsSockets, NodeConntrack,
+        SocketCounts,
+    };
+    let mut s = hostile_snapshot();
+    s.node = "n1".into();
+    for (i, w) in s.workloads.iter_mut().enumerate() {
+        w.sockets = Some(Held {
+            value: SocketCounts {
+                tcp: 3,
+                udp: 1,
+                tcp_states: [("established", 2), ("listen", 1)].into_iter().collect(),
+            },
+            stale: false,
+        });
+        w.pids = Some(Held {
+            value: PidsSample {
+                current: 7,
+                limit: Some(100),
+            },
+            stale: i % 2 == 0,
+        });
+        w.memory_full_in_seconds = Some(60.5);
+        w.restarts_total = 2;
+        w.log_lines_total = LineCounts {
+            stdout: 10,
+            stderr: 3,
+            malformed: 1,
+        };
+        w.log_lines_per_minute = LineCounts {
+            stdout: 5,
+            stderr: 1,
+            malformed: 0,
+        };
+    }
+    let mut unit = workload("", "", "cron.service", &[]);
+    unit.kind = crate::snapshot::Kind::Unit;
+    unit.pod_uid = None;
+    s.workloads.push(unit);
+    for p in &mut s.pods {
+        p.host_conntrack_entries = Some(9);
+        p.netns_sockets = Some(NetnsSockets {
+            tcp_inuse: 1,
+            tcp_time_wait: 2,
+            udp_inuse: 3,
+            tcp6_inuse: 4,
+            udp6_inuse: 5,
+        });
+        p.ephemeral_ports = Some(EphemeralPorts {
+            available: 28232,
+            used: Some(100),
+            used_top_destination: Some(50),
+        });
+    }
+    s.node_conntrack = Some(NodeConntrack {
+        entries: 10,
+        limit: 262144,
+    });
+    s.node_conntrack_full_in_seconds = Some(3600.0);
+    s.node_pids = Some(NodePids {
+        current: 500,
+        limit: 4194304,
+    });
+    s.node_pids_full_in_seconds = Some(7200.0);
+    s.conntrack_dump = Some(DumpStatus {
+        age_seconds: 1.5,
+        duration_seconds: 0.25,
+        entries: 10,
+        attributed: 4,
+        restarts: 0,
+    });
+    s.features = ["sockets", "pod_conntrack", "conntrack_dump", "ephemeral_ports", "oom_kmsg"]
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| Feature {
+            name,
+            available: i % 2 == 0,
+            reason: None,
+        })
+        .collect();
+    s.kmsg = Some(KmsgStatus {
+        records_total: 100,
+        oom_attributed_total: 1,
+        oom_unattributed_total: 2,
+        oom_truncated_total: 3,
+        oom_suppressed_total: 4,
+        overruns_total: 5,
+        read_limited_total: 6,
+        remembered_cgroups: 7,
+        remembered_evicted_total: 8,
+    });
+    if let Some(g) = s.guard.as_mut() {
+        g.state_durable = true;
+        g.state_write_failures_total = 1;
+        g.thaws_pending = 2;
+        g.actions.push(("r2".into(), "kill", "failed", 3));
+    }
+    s.inputs = crate::snapshot::InputStats {
+        non_utf8_cgroups: 1,
+        non_utf8_log_names: 2,
+        skipped_cgroups: 3,
+        log_files_open: Some(4),
+        log_files_skipped_symlink: 5,
+        log_files_skipped_not_regular: 6,
+        log_files_skipped_cap: 7,
+        socket_cache_entries: Some(8),
+        socket_cache_overflows_total: 9,
+        socket_pids_walked: 10,
+        socket_pids_reused: 11,
+    };
+    s.samplers = [
+        "discovery", "memory", "processes", "logs", "sockets", "conntrack", "ports", "kmsg",
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, name)| SamplerStatus {
+        name,
+        enabled: i != 6,
+        age_seconds: Some(1.0),
+        fresh: i % 2 == 0,
+        last_duration_seconds: 0.125,
+        cpu_seconds_total: 2.5,
+        errors_total: vec![("parse".into(), 2), ("io".into(), 1)],
+    })
+    .collect();
+    s.cgroup_layout = "v2".into();
+    s.agent = crate::snapshot::AgentStats {
+        ticks_total: 12,
+        tick_duration_seconds: 0.5,
+        resident_memory_bytes: 1 << 24,
+        cpu_seconds_total: 3.25,
+        open_fds: 40,
+        start_time_seconds: 1.0,
+    };
+    s.config = crate::snapshot::ConfigStatus {
+        hash: "0123456789abcdef".into(),
+        loaded_at: 1.5,
+        reloads_total: 2,
+        reload_failures_total: 1,
+        last_reload_ok: false,
+        restart_required: vec!["listen"],
+        ..Default::default()
+    };
+    s
+}
+
+#[test]
+fn zz_dump_baseline() {
+    let dir = std::env::var("NG_DUMP").unwrap_or_else(|_| "/tmp/ngcat/after".into());
+    std::fs::create_dir_all(&dir).unwrap();
+    for (n, s) in [
+        ("default", Snapshot::default()),
+        ("hostile", hostile_snapshot()),
+        ("full", full_snapshot()),
+    ] {
+        std::fs::write(format!("{dir}/{n}.txt"), rendered_all(&s)).unwrap();
+    }
 }

@@ -18,6 +18,13 @@ pub struct LineCounts {
 }
 
 impl LineCounts {
+    pub fn get(&self, stream: Stream) -> u64 {
+        match stream {
+            Stream::Stdout => self.stdout,
+            Stream::Stderr => self.stderr,
+        }
+    }
+
     /// Logical lines of both streams; malformed lines are not log lines the workload wrote.
     pub fn total(&self) -> u64 {
         self.stdout.saturating_add(self.stderr)
@@ -43,6 +50,8 @@ pub enum Stream {
 }
 
 impl Stream {
+    pub const ALL: [Stream; 2] = [Stream::Stdout, Stream::Stderr];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Stream::Stdout => "stdout",
