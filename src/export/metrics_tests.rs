@@ -2,6 +2,7 @@
 //! (always) and by promtool (the Prometheus parser; required as root or in CI).
 
 use super::*;
+use crate::export::catalog::{self, Meta};
 use crate::sample::logs::LineCounts;
 use crate::sample::procs::ZombieParent;
 use crate::snapshot::{
@@ -415,37 +416,40 @@ fn families(text: &str) -> BTreeMap<String, (String, BTreeSet<String>)> {
     out
 }
 
-/// docs/metrics.md's tables: metric -> (type, label names; `ns` is `namespace`).
-fn documented() -> BTreeMap<String, (String, BTreeSet<String>)> {
+/// docs/metrics.md's table rows: (section, metric, type cell, labels cell), in order.
+fn documented() -> Vec<(String, String, String, String)> {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
         .expect("docs/metrics.md");
-    let mut out = BTreeMap::new();
+    let mut out = Vec::new();
+    let mut section = String::new();
     for line in text.lines() {
-        let cells: Vec<&str> = line.split(" | ").map(str::trim).collect();
-        let Some(name) = cells
-            .first()
-            .and_then(|c| c.strip_prefix("| `"))
+        if let Some(h) = line.strip_prefix("## ") {
+            section = h.trim().to_owned();
+            continue;
+        }
+        // Cells split at each `|` that is not escaped as `\|`.
+        let mut cells = vec![String::new()];
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&'|') => {
+                    cells.last_mut().expect("a cell").push_str("\\|");
+                    chars.next();
+                }
+                '|' => cells.push(String::new()),
+                c => cells.last_mut().expect("a cell").push(c),
+            }
+        }
+        let cell = |i: usize| cells.get(i).map_or("", |c| c.trim()).to_owned();
+        let name = cell(1);
+        let Some(name) = name
+            .strip_prefix('`')
             .and_then(|c| c.strip_suffix('`'))
             .filter(|c| c.starts_with("nodeguard_"))
         else {
             continue;
         };
-        // Label cells: `a, b, c=`x`\|`y``, or `-` / empty for none.
-        let labels = cells.get(2).copied().unwrap_or("");
-        let labels: BTreeSet<String> = labels
-            .split(", ")
-            .map(|l| l.split('=').next().unwrap_or("").trim().trim_matches('`'))
-            .filter(|l| !l.is_empty() && *l != "-" && *l != "none" && *l != "node")
-            .map(|l| {
-                if l == "ns" {
-                    "namespace".to_owned()
-                } else {
-                    l.to_owned()
-                }
-            })
-            .collect();
-        let ty = cells.get(1).copied().unwrap_or("").to_owned();
-        out.insert(name.to_owned(), (ty, labels));
+        out.push((section.clone(), name.to_owned(), cell(2), cell(3)));
     }
     out
 }
@@ -461,40 +465,80 @@ fn rendered_all(s: &Snapshot) -> String {
 
 #[test]
 fn docs_metrics_md_lists_every_family_with_its_type_and_labels() {
-    let mut code = families(&rendered_all(&Snapshot::default()));
-    for (name, (_, labels)) in families(&rendered_all(&hostile_snapshot())) {
-        code.entry(name).or_default().1.extend(labels);
-    }
     let docs = documented();
     let mut problems = Vec::new();
-    for (name, (ty, labels)) in &code {
-        match docs.get(name) {
-            None => problems.push(format!(
-                "{name} ({ty}) is exported but not in docs/metrics.md"
+    for m in catalog::all() {
+        let name = m.exposed_name();
+        let row = format!(
+            "| `{name}` | {} | {} |",
+            m.ty.as_str(),
+            m.docs_labels()
+        );
+        let found: Vec<_> = docs.iter().filter(|d| d.1 == name).collect();
+        match found[..] {
+            [] => problems.push(format!(
+                "{name} is exported but not in docs/metrics.md; add under \"## {}\": {row}",
+                m.section.heading()
             )),
-            Some((dty, dlabels)) => {
-                if dty != ty {
-                    problems.push(format!("{name}: exported as {ty}, documented as {dty}"));
-                }
-                // Label names are checked where this snapshot gives the family samples.
-                if !labels.is_empty() && labels != dlabels {
+            [(section, _, ty, labels)] => {
+                if section != m.section.heading() {
                     problems.push(format!(
-                        "{name}: exported with labels {labels:?}, documented {dlabels:?}"
+                        "{name} is under \"## {section}\", the catalog says \"## {}\"",
+                        m.section.heading()
+                    ));
+                }
+                if *ty != m.ty.as_str() || *labels != m.docs_labels() {
+                    problems.push(format!(
+                        "{name}: documented as | {ty} | {labels} |, the catalog's row starts {row}"
                     ));
                 }
             }
+            _ => problems.push(format!("{name} is documented {} times", found.len())),
         }
     }
-    for name in docs.keys() {
-        if !code.contains_key(name) {
-            problems.push(format!("{name} is documented but not exported"));
+    let exported: BTreeSet<String> = catalog::exposed_names().into_iter().collect();
+    for (_, name, _, _) in &docs {
+        if !exported.contains(name) {
+            problems.push(format!("{name} is documented but not in the catalog"));
         }
     }
     assert!(
         problems.is_empty(),
-        "code and docs/metrics.md disagree:\n - {}",
+        "the catalog (src/export/catalog) and docs/metrics.md disagree:\n - {}",
         problems.join("\n - ")
     );
+}
+
+/// The exposition has exactly the catalog's families, with its types and label names, and an
+/// enumerated label only takes the values the catalog declares.
+#[test]
+fn the_exposition_is_the_catalog() {
+    let text = rendered_all(&full_snapshot());
+    let code = families(&text);
+    let catalog: BTreeMap<String, Meta> = catalog::all()
+        .into_iter()
+        .map(|m| (m.exposed_name(), m))
+        .collect();
+    assert_eq!(
+        code.keys().collect::<Vec<_>>(),
+        catalog.keys().collect::<Vec<_>>()
+    );
+    for (name, (ty, labels)) in &code {
+        let m = &catalog[name];
+        assert_eq!(ty, m.ty.as_str(), "{name}");
+        let declared: BTreeSet<String> = m.labels.iter().map(|l| l.name.to_owned()).collect();
+        assert_eq!(labels, &declared, "{name}: the full snapshot gives every family samples");
+    }
+    let samples = parse_exposition(&text).expect("exposition parses");
+    for s in &samples {
+        // A counter's samples are `<name>_total`, a gauge's `<name>`: the exposed name.
+        let m = catalog.get(&s.name).unwrap_or_else(|| panic!("{} is in no family", s.name));
+        for l in m.labels {
+            if let (Some(values), Some(v)) = (l.values, s.label(l.name)) {
+                assert!(values().contains(&v), "{}: {}={v:?} is not declared", s.name, l.name);
+            }
+        }
+    }
 }
 
 /// Every optional part of the snapshot filled, so every family has samples.
