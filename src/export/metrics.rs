@@ -69,11 +69,23 @@ pub(crate) fn encode<S>(
     let mut labels: Vec<(&str, &str)> = Vec::with_capacity(f.labels.len() + 1);
     for (i, (values, v)) in rows.iter().enumerate() {
         labels.clear();
-        labels.extend(f.labels[..at].iter().map(|l| l.name).zip(&values[..at]).map(|(k, v)| (k, *v)));
+        labels.extend(
+            f.labels[..at]
+                .iter()
+                .map(|l| l.name)
+                .zip(&values[..at])
+                .map(|(k, v)| (k, *v)),
+        );
         if !node.is_empty() {
             labels.push(("node", node));
         }
-        labels.extend(f.labels[at..].iter().map(|l| l.name).zip(&values[at..]).map(|(k, v)| (k, *v)));
+        labels.extend(
+            f.labels[at..]
+                .iter()
+                .map(|l| l.name)
+                .zip(&values[at..])
+                .map(|(k, v)| (k, *v)),
+        );
         // A node-level series without labels is written bare, not as `name{}`.
         if labels.is_empty() && i == last {
             return encode_value(f.ty, v, m);

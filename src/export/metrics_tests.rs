@@ -469,11 +469,7 @@ fn docs_metrics_md_lists_every_family_with_its_type_and_labels() {
     let mut problems = Vec::new();
     for m in catalog::all() {
         let name = m.exposed_name();
-        let row = format!(
-            "| `{name}` | {} | {} |",
-            m.ty.as_str(),
-            m.docs_labels()
-        );
+        let row = format!("| `{name}` | {} | {} |", m.ty.as_str(), m.docs_labels());
         let found: Vec<_> = docs.iter().filter(|d| d.1 == name).collect();
         match found[..] {
             [] => problems.push(format!(
@@ -527,15 +523,25 @@ fn the_exposition_is_the_catalog() {
         let m = &catalog[name];
         assert_eq!(ty, m.ty.as_str(), "{name}");
         let declared: BTreeSet<String> = m.labels.iter().map(|l| l.name.to_owned()).collect();
-        assert_eq!(labels, &declared, "{name}: the full snapshot gives every family samples");
+        assert_eq!(
+            labels, &declared,
+            "{name}: the full snapshot gives every family samples"
+        );
     }
     let samples = parse_exposition(&text).expect("exposition parses");
     for s in &samples {
         // A counter's samples are `<name>_total`, a gauge's `<name>`: the exposed name.
-        let m = catalog.get(&s.name).unwrap_or_else(|| panic!("{} is in no family", s.name));
+        let m = catalog
+            .get(&s.name)
+            .unwrap_or_else(|| panic!("{} is in no family", s.name));
         for l in m.labels {
             if let (Some(values), Some(v)) = (l.values, s.label(l.name)) {
-                assert!(values().contains(&v), "{}: {}={v:?} is not declared", s.name, l.name);
+                assert!(
+                    values().contains(&v),
+                    "{}: {}={v:?} is not declared",
+                    s.name,
+                    l.name
+                );
             }
         }
     }
@@ -545,8 +551,7 @@ fn the_exposition_is_the_catalog() {
 fn full_snapshot() -> Snapshot {
     use crate::sample::pids::{NodePids, PidsSample};
     use crate::snapshot::{
-        DumpStatus, EphemeralPorts, Feature, KmsgStatus, NetnsSockets, NodeConntrack,
-        SocketCounts,
+        DumpStatus, EphemeralPorts, Feature, KmsgStatus, NetnsSockets, NodeConntrack, SocketCounts,
     };
     let mut s = hostile_snapshot();
     s.node = "n1".into();
@@ -615,15 +620,21 @@ fn full_snapshot() -> Snapshot {
         attributed: 4,
         restarts: 0,
     });
-    s.features = ["sockets", "pod_conntrack", "conntrack_dump", "ephemeral_ports", "oom_kmsg"]
-        .into_iter()
-        .enumerate()
-        .map(|(i, name)| Feature {
-            name,
-            available: i % 2 == 0,
-            reason: None,
-        })
-        .collect();
+    s.features = [
+        "sockets",
+        "pod_conntrack",
+        "conntrack_dump",
+        "ephemeral_ports",
+        "oom_kmsg",
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, name)| Feature {
+        name,
+        available: i % 2 == 0,
+        reason: None,
+    })
+    .collect();
     s.kmsg = Some(KmsgStatus {
         records_total: 100,
         oom_attributed_total: 1,
@@ -655,7 +666,14 @@ fn full_snapshot() -> Snapshot {
         socket_pids_reused: 11,
     };
     s.samplers = [
-        "discovery", "memory", "processes", "logs", "sockets", "conntrack", "ports", "kmsg",
+        "discovery",
+        "memory",
+        "processes",
+        "logs",
+        "sockets",
+        "conntrack",
+        "ports",
+        "kmsg",
     ]
     .into_iter()
     .enumerate()

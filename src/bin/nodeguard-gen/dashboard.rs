@@ -568,7 +568,11 @@ mod tests {
     fn uncovered_matches_whole_names_only() {
         let d =
             json!({"panels": [{"targets": [{"expr": "nodeguard_ticks_total{node=~\"$node\"}"}]}]});
-        let names = ["nodeguard_ticks_total", "nodeguard_ticks", "nodeguard_other"];
+        let names = [
+            "nodeguard_ticks_total",
+            "nodeguard_ticks",
+            "nodeguard_other",
+        ];
         assert_eq!(uncovered(names, &d), ["nodeguard_ticks", "nodeguard_other"]);
     }
 

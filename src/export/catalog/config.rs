@@ -57,7 +57,8 @@ pub const FAMILIES: &[Family<Snapshot>] = &[
         name: "config_restart_required",
         ty: Gauge,
         unit: None,
-        help: "1 when the file changes keys that apply only at a restart (listen, http, paths, ...).",
+        help:
+            "1 when the file changes keys that apply only at a restart (listen, http, paths, ...).",
         labels: &[],
         section: S,
         rows: |s, out| out.add(&[], !s.config.restart_required.is_empty()),

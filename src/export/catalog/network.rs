@@ -22,8 +22,16 @@ pub const FEATURES: [&str; 5] = [
     "oom_kmsg",
 ];
 
-const SCOPE: [Label; 3] = [NAMESPACE, POD, Label::of("scope", || CONNTRACK_SCOPES.to_vec())];
-const PROTOCOL: [Label; 3] = [NAMESPACE, POD, Label::of("protocol", || NETNS_PROTOCOLS.to_vec())];
+const SCOPE: [Label; 3] = [
+    NAMESPACE,
+    POD,
+    Label::of("scope", || CONNTRACK_SCOPES.to_vec()),
+];
+const PROTOCOL: [Label; 3] = [
+    NAMESPACE,
+    POD,
+    Label::of("protocol", || NETNS_PROTOCOLS.to_vec()),
+];
 
 /// The node's single series, when the value is known.
 fn node<'a>(out: &mut Rows<'a>, v: Option<impl Into<super::Num>>) {

@@ -7,7 +7,11 @@ fn names_are_unique_and_end_in_their_unit() {
     let names: BTreeSet<String> = all.iter().map(Meta::exposed_name).collect();
     assert_eq!(names.len(), all.len(), "a family declared twice");
     for m in &all {
-        assert!(!m.name.ends_with("_total"), "{}: registered without _total", m.name);
+        assert!(
+            !m.name.ends_with("_total"),
+            "{}: registered without _total",
+            m.name
+        );
         let suffix = m.name.rsplit('_').next().unwrap_or("");
         match m.unit {
             Some(u) => assert_eq!(suffix, u.as_str(), "{}: the name ends in its unit", m.name),
@@ -17,7 +21,11 @@ fn names_are_unique_and_end_in_their_unit() {
                 m.name
             ),
         }
-        assert!(!m.help.is_empty() && m.help.ends_with('.'), "{}: help", m.name);
+        assert!(
+            !m.help.is_empty() && m.help.ends_with('.'),
+            "{}: help",
+            m.name
+        );
     }
 }
 
@@ -31,7 +39,12 @@ fn labels_are_unique_and_enumerations_not_empty() {
             if let Some(values) = l.values {
                 let v = values();
                 let distinct: BTreeSet<_> = v.iter().collect();
-                assert!(!v.is_empty() && distinct.len() == v.len(), "{}: {}", m.name, l.name);
+                assert!(
+                    !v.is_empty() && distinct.len() == v.len(),
+                    "{}: {}",
+                    m.name,
+                    l.name
+                );
             }
         }
     }
@@ -44,8 +57,14 @@ fn enumerations_come_from_the_enums() {
         let l = m.labels.iter().find(|l| l.name == label).expect(label);
         (l.values.expect("enumerated"))()
     };
-    assert_eq!(values("sampler_errors", "kind"), ["io", "permission", "parse"]);
-    assert_eq!(values("container_log_lines", "stream"), ["stdout", "stderr"]);
+    assert_eq!(
+        values("sampler_errors", "kind"),
+        ["io", "permission", "parse"]
+    );
+    assert_eq!(
+        values("container_log_lines", "stream"),
+        ["stdout", "stderr"]
+    );
     assert_eq!(values("workloads", "kind"), ["container", "unit"]);
     assert_eq!(
         values("actions", "outcome"),
@@ -118,5 +137,7 @@ fn a_real_tick_reports_only_declared_values() {
     }
     assert!(agent::CGROUP_LAYOUTS.contains(&snap.cgroup_layout.as_str()));
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(snap)));
-    assert!(render(&registry(shared)).expect("render").contains("sampler=\"kmsg\""));
+    assert!(render(&registry(shared))
+        .expect("render")
+        .contains("sampler=\"kmsg\""));
 }
