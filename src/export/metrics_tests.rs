@@ -707,16 +707,3 @@ fn full_snapshot() -> Snapshot {
     };
     s
 }
-
-#[test]
-fn zz_dump_baseline() {
-    let dir = std::env::var("NG_DUMP").unwrap_or_else(|_| "/tmp/ngcat/after".into());
-    std::fs::create_dir_all(&dir).unwrap();
-    for (n, s) in [
-        ("default", Snapshot::default()),
-        ("hostile", hostile_snapshot()),
-        ("full", full_snapshot()),
-    ] {
-        std::fs::write(format!("{dir}/{n}.txt"), rendered_all(&s)).unwrap();
-    }
-}
