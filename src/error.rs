@@ -18,6 +18,8 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    pub const ALL: [ErrorKind; 3] = [ErrorKind::Io, ErrorKind::Permission, ErrorKind::Parse];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorKind::Io => "io",

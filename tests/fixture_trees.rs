@@ -290,6 +290,27 @@ fn hybrid_systemd_tree() {
     check_tree("hybrid-systemd");
 }
 
+/// The sampler and feature names a real tick reports (named in `sample`, not by an enum) and
+/// its layout are values the metric catalog declares.
+#[test]
+fn a_tick_reports_only_values_the_catalog_declares() {
+    use nodeguard::export::catalog::{agent, network};
+    for tree in ["v2-systemd", "v1-cgroupfs", "hybrid-systemd"] {
+        let snap = tick(&fixture(tree), "n");
+        let samplers: Vec<&str> = snap.samplers.iter().map(|s| s.name).collect();
+        assert_eq!(samplers, agent::SAMPLERS, "{tree}");
+        for f in &snap.features {
+            assert!(
+                network::FEATURES.contains(&f.name),
+                "{tree}: feature {}",
+                f.name
+            );
+        }
+        assert!(agent::CGROUP_LAYOUTS.contains(&snap.cgroup_layout.as_str()));
+        assert!(metrics(snap).contains("sampler=\"kmsg\""), "{tree}");
+    }
+}
+
 // === scenarios derived from the v2 tree ===
 
 mod v2 {

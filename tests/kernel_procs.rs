@@ -7,8 +7,8 @@ mod common;
 use common::snap::find;
 use common::{node, Driver, TestNode};
 use nodeguard::discover::kubelet::QosClass;
-use nodeguard::sample::zombies::TickWork;
 use nodeguard::model::{Snapshot, WorkloadSignals};
+use nodeguard::sample::zombies::TickWork;
 
 /// Processes, zombies, and the parents holding them (pid, comm, zombies).
 type Counts = (Option<u64>, Option<u64>, Vec<(u32, String, u64)>);

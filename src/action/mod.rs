@@ -27,6 +27,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, for the values of `nodeguard_actions_total{outcome}`.
+    pub const ALL: [Outcome; 5] = [
+        Outcome::Done,
+        Outcome::DryRun,
+        Outcome::Replaced,
+        Outcome::Gone,
+        Outcome::Failed(String::new()),
+    ];
+
     pub fn as_str(&self) -> &'static str {
         match self {
             Outcome::Done => "done",

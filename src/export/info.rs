@@ -1,10 +1,11 @@
-//! Which configuration and build are live, and how the config reloads went: series read from
-//! the snapshot's `config` (republished at once after a reload, not at the next tick).
+//! Which configuration and build are live, and how the config reloads went: the catalog's
+//! `config` families, read from the snapshot's `config` (republished at once after a reload, not
+//! at the next tick).
 
-use super::metrics::{family, latest, Labels, SharedSnapshot};
+use super::catalog;
+use super::metrics::{encode, latest, SharedSnapshot};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
-use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::fmt;
 
@@ -25,58 +26,11 @@ struct ConfigCollector {
 
 impl Collector for ConfigCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), fmt::Error> {
-        use MetricType::{Counter, Gauge};
         let s = latest(&self.shared);
-        let c = &s.config;
-        let node: Labels = if s.node.is_empty() {
-            vec![]
-        } else {
-            vec![("node", s.node.clone())]
-        };
-        let mut info = node.clone();
-        info.push(("hash", c.hash.clone()));
-        family(
-            &mut enc,
-            "config_info",
-            "The configuration in force: the first 16 hex digits of the SHA-256 of its text.",
-            Gauge,
-            [(info, 1u64)],
-        )?;
-        family(
-            &mut enc,
-            "config_reloads",
-            "Reloads that changed the configuration in force (SIGHUP or a change of the file).",
-            Counter,
-            [(node.clone(), c.reloads_total)],
-        )?;
-        family(
-            &mut enc,
-            "config_reload_failures",
-            "Reloads refused (invalid or unreadable file); the running configuration is kept.",
-            Counter,
-            [(node.clone(), c.reload_failures_total)],
-        )?;
-        family(
-            &mut enc,
-            "config_last_reload_success",
-            "1 when the last reload attempt succeeded (or none was made), 0 when it was refused.",
-            Gauge,
-            [(node.clone(), u64::from(c.last_reload_ok))],
-        )?;
-        family(
-            &mut enc,
-            "config_last_reload_success_timestamp_seconds",
-            "Unix time the configuration in force was loaded (the start, or the last reload).",
-            Gauge,
-            [(node.clone(), c.loaded_at)],
-        )?;
-        family(
-            &mut enc,
-            "config_restart_required",
-            "1 when the file changes keys that apply only at a restart (listen, http, paths, ...).",
-            Gauge,
-            [(node, u64::from(!c.restart_required.is_empty()))],
-        )
+        for f in catalog::CONFIG {
+            encode(&mut enc, f, &s, &s.node)?;
+        }
+        Ok(())
     }
 }
 

@@ -1,10 +1,10 @@
 //! Bounds of the HTTP server: the per-connection timers (a socket wrapper), the descriptor
 //! reserve behind the connection cap, and the counters that show when a bound bites.
 
-use super::metrics::{family, latest, Labels, SharedSnapshot};
+use super::catalog;
+use super::metrics::{encode, latest, SharedSnapshot};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
-use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::fmt;
 use std::future::Future;
@@ -39,7 +39,7 @@ pub enum TimeoutReason {
 }
 
 impl TimeoutReason {
-    const ALL: [TimeoutReason; 3] = [Self::Header, Self::Idle, Self::Write];
+    pub const ALL: [TimeoutReason; 3] = [Self::Header, Self::Idle, Self::Write];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -69,6 +69,9 @@ pub struct ServerStats {
 impl ServerStats {
     pub fn open(&self) -> u64 {
         self.open.load(Relaxed)
+    }
+    pub fn max(&self) -> u64 {
+        self.max.load(Relaxed)
     }
     pub fn rejected(&self) -> u64 {
         self.rejected.load(Relaxed)
@@ -310,53 +313,11 @@ pub struct ServerCollector {
 
 impl Collector for ServerCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), fmt::Error> {
-        use MetricType::{Counter, Gauge};
-        let s = latest(&self.shared);
-        let node: Labels = if s.node.is_empty() {
-            vec![]
-        } else {
-            vec![("node", s.node.clone())]
-        };
-        let st = &self.stats;
-        family(
-            &mut enc,
-            "http_connections",
-            "Open HTTP connections.",
-            Gauge,
-            [(node.clone(), st.open())],
-        )?;
-        family(
-            &mut enc,
-            "http_connections_max",
-            "Cap on open HTTP connections (config, lowered to keep an fd reserve).",
-            Gauge,
-            [(node.clone(), st.max.load(Relaxed))],
-        )?;
-        family(
-            &mut enc,
-            "http_connections_rejected",
-            "Connections closed at once because the cap was reached.",
-            Counter,
-            [(node.clone(), st.rejected())],
-        )?;
-        family(
-            &mut enc,
-            "http_connections_timed_out",
-            "Connections closed by a timeout, by reason.",
-            Counter,
-            TimeoutReason::ALL.map(|r| {
-                let mut l = node.clone();
-                l.push(("reason", r.as_str().to_owned()));
-                (l, st.timed_out(r))
-            }),
-        )?;
-        family(
-            &mut enc,
-            "http_accept_errors",
-            "Failed accepts (EMFILE and the like); the server backs off after each.",
-            Counter,
-            [(node, st.accept_errors())],
-        )
+        let node = latest(&self.shared).node.clone();
+        for f in catalog::HTTP {
+            encode(&mut enc, f, &*self.stats, &node)?;
+        }
+        Ok(())
     }
 }
 

@@ -2,11 +2,15 @@
 //! (always) and by promtool (the Prometheus parser; required as root or in CI).
 
 use super::*;
+use crate::export::catalog::{self, Meta};
+use crate::model::LineCounts;
+use crate::model::WorkloadId;
+use crate::model::ZombieParent;
 use crate::model::{
-    BreakerView, GuardStatus, Held, LineCounts, MemoryValues, PendingView, PodSignals, Published,
-    SamplerStatus, WorkloadId, ZombieParent,
+    BreakerView, GuardStatus, Held, MemoryValues, PendingView, PodSignals, Published,
+    SamplerStatus, Snapshot, WorkloadSignals,
 };
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Label values nobody should be able to turn into syntax.
 fn hostile() -> Vec<String> {
@@ -102,7 +106,7 @@ fn hostile_snapshot() -> Published {
         "c",
         &["uwsgi".into(), "uwsgi".into(), "n\"".into()],
     ));
-    let guard = GuardStatus {
+    let guard = Some(GuardStatus {
         dry_run: true,
         state_quarantined: Some("/var/lib/\"x\n".into()),
         breakers: vec![BreakerView {
@@ -130,16 +134,13 @@ fn hostile_snapshot() -> Published {
         }],
         actions: vec![(names[6].clone(), "freeze", "dry_run", 1)],
         ..GuardStatus::default()
-    };
+    });
     s.samplers.push(SamplerStatus {
         name: "processes",
         enabled: true,
         ..SamplerStatus::default()
     });
-    Published {
-        observed: s,
-        guard: Some(guard),
-    }
+    Published { observed: s, guard }
 }
 
 fn rendered(s: &Published) -> String {
@@ -415,37 +416,40 @@ fn families(text: &str) -> BTreeMap<String, (String, BTreeSet<String>)> {
     out
 }
 
-/// docs/metrics.md's tables: metric -> (type, label names; `ns` is `namespace`).
-fn documented() -> BTreeMap<String, (String, BTreeSet<String>)> {
+/// docs/metrics.md's table rows: (section, metric, type cell, labels cell), in order.
+fn documented() -> Vec<(String, String, String, String)> {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
         .expect("docs/metrics.md");
-    let mut out = BTreeMap::new();
+    let mut out = Vec::new();
+    let mut section = String::new();
     for line in text.lines() {
-        let cells: Vec<&str> = line.split(" | ").map(str::trim).collect();
-        let Some(name) = cells
-            .first()
-            .and_then(|c| c.strip_prefix("| `"))
+        if let Some(h) = line.strip_prefix("## ") {
+            section = h.trim().to_owned();
+            continue;
+        }
+        // Cells split at each `|` that is not escaped as `\|`.
+        let mut cells = vec![String::new()];
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&'|') => {
+                    cells.last_mut().expect("a cell").push_str("\\|");
+                    chars.next();
+                }
+                '|' => cells.push(String::new()),
+                c => cells.last_mut().expect("a cell").push(c),
+            }
+        }
+        let cell = |i: usize| cells.get(i).map_or("", |c| c.trim()).to_owned();
+        let name = cell(1);
+        let Some(name) = name
+            .strip_prefix('`')
             .and_then(|c| c.strip_suffix('`'))
             .filter(|c| c.starts_with("nodeguard_"))
         else {
             continue;
         };
-        // Label cells: `a, b, c=`x`\|`y``, or `-` / empty for none.
-        let labels = cells.get(2).copied().unwrap_or("");
-        let labels: BTreeSet<String> = labels
-            .split(", ")
-            .map(|l| l.split('=').next().unwrap_or("").trim().trim_matches('`'))
-            .filter(|l| !l.is_empty() && *l != "-" && *l != "none" && *l != "node")
-            .map(|l| {
-                if l == "ns" {
-                    "namespace".to_owned()
-                } else {
-                    l.to_owned()
-                }
-            })
-            .collect();
-        let ty = cells.get(1).copied().unwrap_or("").to_owned();
-        out.insert(name.to_owned(), (ty, labels));
+        out.push((section.clone(), name.to_owned(), cell(2), cell(3)));
     }
     out
 }
@@ -461,38 +465,248 @@ fn rendered_all(s: &Published) -> String {
 
 #[test]
 fn docs_metrics_md_lists_every_family_with_its_type_and_labels() {
-    let mut code = families(&rendered_all(&Published::default()));
-    for (name, (_, labels)) in families(&rendered_all(&hostile_snapshot())) {
-        code.entry(name).or_default().1.extend(labels);
-    }
     let docs = documented();
     let mut problems = Vec::new();
-    for (name, (ty, labels)) in &code {
-        match docs.get(name) {
-            None => problems.push(format!(
-                "{name} ({ty}) is exported but not in docs/metrics.md"
+    for m in catalog::all() {
+        let name = m.exposed_name();
+        let row = format!("| `{name}` | {} | {} |", m.ty.as_str(), m.docs_labels());
+        let found: Vec<_> = docs.iter().filter(|d| d.1 == name).collect();
+        match found[..] {
+            [] => problems.push(format!(
+                "{name} is exported but not in docs/metrics.md; add under \"## {}\": {row}",
+                m.section.heading()
             )),
-            Some((dty, dlabels)) => {
-                if dty != ty {
-                    problems.push(format!("{name}: exported as {ty}, documented as {dty}"));
-                }
-                // Label names are checked where this snapshot gives the family samples.
-                if !labels.is_empty() && labels != dlabels {
+            [(section, _, ty, labels)] => {
+                if section != m.section.heading() {
                     problems.push(format!(
-                        "{name}: exported with labels {labels:?}, documented {dlabels:?}"
+                        "{name} is under \"## {section}\", the catalog says \"## {}\"",
+                        m.section.heading()
+                    ));
+                }
+                if *ty != m.ty.as_str() || *labels != m.docs_labels() {
+                    problems.push(format!(
+                        "{name}: documented as | {ty} | {labels} |, the catalog's row starts {row}"
                     ));
                 }
             }
+            _ => problems.push(format!("{name} is documented {} times", found.len())),
         }
     }
-    for name in docs.keys() {
-        if !code.contains_key(name) {
-            problems.push(format!("{name} is documented but not exported"));
+    let exported: BTreeSet<String> = catalog::exposed_names().into_iter().collect();
+    for (_, name, _, _) in &docs {
+        if !exported.contains(name) {
+            problems.push(format!("{name} is documented but not in the catalog"));
         }
     }
     assert!(
         problems.is_empty(),
-        "code and docs/metrics.md disagree:\n - {}",
+        "the catalog (src/export/catalog) and docs/metrics.md disagree:\n - {}",
         problems.join("\n - ")
     );
+}
+
+/// The exposition has exactly the catalog's families, with its types and label names, and an
+/// enumerated label only takes the values the catalog declares.
+#[test]
+fn the_exposition_is_the_catalog() {
+    let text = rendered_all(&full_snapshot());
+    let code = families(&text);
+    let catalog: BTreeMap<String, Meta> = catalog::all()
+        .into_iter()
+        .map(|m| (m.exposed_name(), m))
+        .collect();
+    assert_eq!(
+        code.keys().collect::<Vec<_>>(),
+        catalog.keys().collect::<Vec<_>>()
+    );
+    for (name, (ty, labels)) in &code {
+        let m = &catalog[name];
+        assert_eq!(ty, m.ty.as_str(), "{name}");
+        let declared: BTreeSet<String> = m.labels.iter().map(|l| l.name.to_owned()).collect();
+        assert_eq!(
+            labels, &declared,
+            "{name}: the full snapshot gives every family samples"
+        );
+    }
+    let samples = parse_exposition(&text).expect("exposition parses");
+    for s in &samples {
+        // A counter's samples are `<name>_total`, a gauge's `<name>`: the exposed name.
+        let m = catalog
+            .get(&s.name)
+            .unwrap_or_else(|| panic!("{} is in no family", s.name));
+        for l in m.labels {
+            if let (Some(values), Some(v)) = (l.values, s.label(l.name)) {
+                assert!(
+                    values().contains(&v),
+                    "{}: {}={v:?} is not declared",
+                    s.name,
+                    l.name
+                );
+            }
+        }
+    }
+}
+
+/// Every optional part of the snapshot filled, so every family has samples.
+fn full_snapshot() -> Published {
+    use crate::model::{
+        DumpStatus, EphemeralPorts, Feature, KmsgStatus, NetnsSockets, NodeConntrack, SocketCounts,
+    };
+    use crate::model::{NodePids, PidsSample};
+    let Published {
+        observed: mut s,
+        mut guard,
+    } = hostile_snapshot();
+    s.node = "n1".into();
+    for (i, w) in s.workloads.iter_mut().enumerate() {
+        w.sockets = Some(Held {
+            value: SocketCounts {
+                tcp: 3,
+                udp: 1,
+                tcp_states: [("established", 2), ("listen", 1)].into_iter().collect(),
+            },
+            stale: false,
+        });
+        w.pids = Some(Held {
+            value: PidsSample {
+                current: 7,
+                limit: Some(100),
+            },
+            stale: i % 2 == 0,
+        });
+        w.memory_full_in_seconds = Some(60.5);
+        w.restarts_total = 2;
+        w.log_lines_total = LineCounts {
+            stdout: 10,
+            stderr: 3,
+            malformed: 1,
+        };
+        w.log_lines_per_minute = LineCounts {
+            stdout: 5,
+            stderr: 1,
+            malformed: 0,
+        };
+    }
+    let mut unit = workload("", "", "cron.service", &[]);
+    unit.kind = crate::model::Kind::Unit;
+    unit.pod_uid = None;
+    s.workloads.push(unit);
+    for p in &mut s.pods {
+        p.host_conntrack_entries = Some(9);
+        p.netns_sockets = Some(NetnsSockets {
+            tcp_inuse: 1,
+            tcp_time_wait: 2,
+            udp_inuse: 3,
+            tcp6_inuse: 4,
+            udp6_inuse: 5,
+        });
+        p.ephemeral_ports = Some(EphemeralPorts {
+            available: 28232,
+            used: Some(100),
+            used_top_destination: Some(50),
+        });
+    }
+    s.node_conntrack = Some(NodeConntrack {
+        entries: 10,
+        limit: 262144,
+    });
+    s.node_conntrack_full_in_seconds = Some(3600.0);
+    s.node_pids = Some(NodePids {
+        current: 500,
+        limit: 4194304,
+    });
+    s.node_pids_full_in_seconds = Some(7200.0);
+    s.conntrack_dump = Some(DumpStatus {
+        age_seconds: 1.5,
+        duration_seconds: 0.25,
+        entries: 10,
+        attributed: 4,
+        restarts: 0,
+    });
+    s.features = [
+        "sockets",
+        "pod_conntrack",
+        "conntrack_dump",
+        "ephemeral_ports",
+        "oom_kmsg",
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, name)| Feature {
+        name,
+        available: i % 2 == 0,
+        reason: None,
+    })
+    .collect();
+    s.kmsg = Some(KmsgStatus {
+        records_total: 100,
+        oom_attributed_total: 1,
+        oom_unattributed_total: 2,
+        oom_truncated_total: 3,
+        oom_suppressed_total: 4,
+        overruns_total: 5,
+        read_limited_total: 6,
+        remembered_cgroups: 7,
+        remembered_evicted_total: 8,
+    });
+    if let Some(g) = guard.as_mut() {
+        g.state_durable = true;
+        g.state_write_failures_total = 1;
+        g.thaws_pending = 2;
+        g.actions.push(("r2".into(), "kill", "failed", 3));
+    }
+    s.inputs = crate::model::InputStats {
+        non_utf8_cgroups: 1,
+        non_utf8_log_names: 2,
+        skipped_cgroups: 3,
+        log_files_open: Some(4),
+        log_files_skipped_symlink: 5,
+        log_files_skipped_not_regular: 6,
+        log_files_skipped_cap: 7,
+        socket_cache_entries: Some(8),
+        socket_cache_overflows_total: 9,
+        socket_pids_walked: 10,
+        socket_pids_reused: 11,
+    };
+    s.samplers = [
+        "discovery",
+        "memory",
+        "processes",
+        "logs",
+        "sockets",
+        "conntrack",
+        "ports",
+        "kmsg",
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, name)| SamplerStatus {
+        name,
+        enabled: i != 6,
+        age_seconds: Some(1.0),
+        fresh: i % 2 == 0,
+        last_duration_seconds: 0.125,
+        cpu_seconds_total: 2.5,
+        errors_total: vec![("parse".into(), 2), ("io".into(), 1)],
+    })
+    .collect();
+    s.cgroup_layout = "v2".into();
+    s.agent = crate::model::AgentStats {
+        ticks_total: 12,
+        tick_duration_seconds: 0.5,
+        resident_memory_bytes: 1 << 24,
+        cpu_seconds_total: 3.25,
+        open_fds: 40,
+        start_time_seconds: 1.0,
+    };
+    s.config = crate::model::ConfigStatus {
+        hash: "0123456789abcdef".into(),
+        loaded_at: 1.5,
+        reloads_total: 2,
+        reload_failures_total: 1,
+        last_reload_ok: false,
+        restart_required: vec!["listen"],
+        ..Default::default()
+    };
+    Published { observed: s, guard }
 }

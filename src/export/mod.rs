@@ -1,5 +1,6 @@
 //! Export: the Prometheus registry over the last snapshot, and the HTTP server.
 
+pub mod catalog;
 pub mod info;
 pub mod limits;
 pub mod metrics;

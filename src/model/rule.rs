@@ -142,6 +142,8 @@ pub enum ActionKind {
 }
 
 impl ActionKind {
+    pub const ALL: [ActionKind; 3] = [ActionKind::Freeze, ActionKind::Kill, ActionKind::Report];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ActionKind::Freeze => "freeze",

@@ -170,7 +170,33 @@ pub struct LineCounts {
     pub malformed: u64,
 }
 
+/// The log stream a CRI line belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    pub const ALL: [Stream; 2] = [Stream::Stdout, Stream::Stderr];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
 impl LineCounts {
+    pub fn get(&self, stream: Stream) -> u64 {
+        match stream {
+            Stream::Stdout => self.stdout,
+            Stream::Stderr => self.stderr,
+        }
+    }
+
     /// Logical lines of both streams; malformed lines are not log lines the workload wrote.
     pub fn total(&self) -> u64 {
         self.stdout.saturating_add(self.stderr)

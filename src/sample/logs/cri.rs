@@ -2,28 +2,12 @@
 //! Pure parsing and a streaming line counter; no I/O here.
 
 use crate::error::ParseError;
-pub use crate::model::LineCounts;
+pub use crate::model::{LineCounts, Stream};
 use memchr::memchr;
 
 /// How many bytes of a line are looked at. The header (timestamp, stream, tag) needs about 45, so
 /// this leaves room for longer timestamps and tags with extra fields; the content is never read.
 pub const HEADER_CAP: usize = 128;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stream {
-    Stdout,
-    Stderr,
-}
-
-impl Stream {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stream::Stdout => "stdout",
-            Stream::Stderr => "stderr",
-        }
-    }
-}
 
 /// The header of one CRI line. `full` is false for a `P` piece of a line split by the runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

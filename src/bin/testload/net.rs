@@ -1,0 +1,128 @@
+//! Network loads: entering a netns, `listen`, `connect`, `exhaust`, and the `swap` of a held
+//! socket for /dev/null.
+
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::time::Duration;
+
+/// Bound on every blocking network step (connect, the UDP echo), so a broken setup fails fast.
+pub const NET_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub fn enter_netns(path: &str) -> Result<(), String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| e.to_string())
+}
+
+/// Sockets the `connect` mode holds open until exit.
+#[derive(Default)]
+pub struct Held {
+    pub tcp: Vec<TcpStream>,
+    pub udp: Vec<UdpSocket>,
+}
+
+pub fn swap_for_null(s: UdpSocket) {
+    use std::os::fd::{AsRawFd, IntoRawFd};
+    let fd = s.into_raw_fd();
+    match std::fs::File::open("/dev/null") {
+        // dup2 closes the socket and puts /dev/null in its slot in one step.
+        Ok(null) => {
+            if let Err(e) = nix::unistd::dup2(null.as_raw_fd(), fd) {
+                eprintln!("swap: dup2: {e}");
+            }
+        }
+        Err(e) => eprintln!("swap: /dev/null: {e}"),
+    }
+    // The slot stays open (now /dev/null) until the process exits.
+}
+
+/// Binds a TCP listener and a UDP socket on `addr`. One thread accepts and keeps every connection
+/// open; another echoes each datagram so the sender knows its flow reached this side.
+pub fn listen(addr: SocketAddr) -> Result<(), String> {
+    let tcp = TcpListener::bind(addr).map_err(|e| format!("tcp bind: {e}"))?;
+    let udp = UdpSocket::bind(addr).map_err(|e| format!("udp bind: {e}"))?;
+    std::thread::Builder::new()
+        .name("accept".into())
+        .spawn(move || {
+            let mut conns = Vec::new();
+            for s in tcp.incoming() {
+                match s {
+                    Ok(s) => conns.push(s),
+                    Err(e) => {
+                        eprintln!("accept: {e}");
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }
+        })
+        .map_err(|e| format!("accept thread: {e}"))?;
+    std::thread::Builder::new()
+        .name("echo".into())
+        .spawn(move || {
+            let mut buf = [0u8; 512];
+            loop {
+                match udp.recv_from(&mut buf) {
+                    Ok((len, from)) => {
+                        if let Err(e) = udp.send_to(&buf[..len], from) {
+                            eprintln!("echo to {from}: {e}");
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("recv: {e}");
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }
+        })
+        .map_err(|e| format!("echo thread: {e}"))?;
+    Ok(())
+}
+
+/// Opens exactly `tcp_n` connections and `udp_n` connected UDP sockets to `addr`; each UDP socket
+/// sends one datagram and waits for the listener's echo, so both ends have seen every flow.
+pub fn connect(addr: SocketAddr, tcp_n: usize, udp_n: usize) -> Result<Held, String> {
+    let mut held = Held::default();
+    for i in 0..tcp_n {
+        let s = TcpStream::connect_timeout(&addr, NET_TIMEOUT)
+            .map_err(|e| format!("tcp connection {i}: {e}"))?;
+        held.tcp.push(s);
+    }
+    let any: SocketAddr = if addr.is_ipv4() {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    } else {
+        SocketAddr::from(([0u16; 8], 0))
+    };
+    for i in 0..udp_n {
+        let s = UdpSocket::bind(any).map_err(|e| format!("udp socket {i}: bind: {e}"))?;
+        s.connect(addr)
+            .map_err(|e| format!("udp socket {i}: connect: {e}"))?;
+        s.set_read_timeout(Some(NET_TIMEOUT))
+            .map_err(|e| format!("udp socket {i}: timeout: {e}"))?;
+        let msg = format!("flow {i}");
+        s.send(msg.as_bytes())
+            .map_err(|e| format!("udp socket {i}: send: {e}"))?;
+        let mut buf = [0u8; 64];
+        let len = s
+            .recv(&mut buf)
+            .map_err(|e| format!("udp socket {i}: no echo: {e}"))?;
+        if &buf[..len] != msg.as_bytes() {
+            return Err(format!("udp socket {i}: unexpected echo {:?}", &buf[..len]));
+        }
+        held.udp.push(s);
+    }
+    Ok(held)
+}
+
+/// Opens TCP connections to `addr` until `connect` fails; succeeds only if it failed with
+/// EADDRNOTAVAIL (the ephemeral ports ran out) within `max` connections.
+pub fn exhaust(addr: SocketAddr, max: usize) -> Result<(Held, usize), String> {
+    let mut held = Held::default();
+    for i in 0..=max {
+        match TcpStream::connect_timeout(&addr, NET_TIMEOUT) {
+            Ok(s) => held.tcp.push(s),
+            Err(e) if e.raw_os_error() == Some(nix::libc::EADDRNOTAVAIL) => {
+                return Ok((held, i));
+            }
+            Err(e) => return Err(format!("connection {i}: {e}")),
+        }
+    }
+    Err(format!("{max} connections and no EADDRNOTAVAIL"))
+}

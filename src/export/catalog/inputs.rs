@@ -1,0 +1,132 @@
+//! What the readers hold or skipped (`sample/logs`, `sample/net/fdcache`, `discover`): bounds on
+//! untrusted trees made visible, and the workloads discovery found.
+
+use super::{names, Family, Label, Section, Type};
+use crate::model::{Kind, Published};
+
+use Section::Agent as S;
+use Type::{Counter, Gauge};
+
+/// Why an entry of the pod log tree was not opened.
+pub const LOG_SKIP_REASONS: [&str; 3] = ["symlink", "not_regular", "cap"];
+/// What the socket pass did with a process's fd table.
+pub const SOCKET_PASSES: [&str; 2] = ["walked", "reused"];
+/// The trees whose names discovery reads.
+pub const TREES: [&str; 2] = ["cgroup", "logs"];
+
+pub const FAMILIES: &[Family<Published>] = &[
+    Family {
+        name: "log_files_open",
+        ty: Gauge,
+        unit: None,
+        help: "Log files the tailer holds open.",
+        labels: &[],
+        section: S,
+        rows: |s, out| {
+            if let Some(n) = s.inputs.log_files_open {
+                out.add(&[], n);
+            }
+        },
+    },
+    Family {
+        name: "log_files_skipped",
+        ty: Gauge,
+        unit: None,
+        help: "Entries of the pod log tree the last pass did not open, by reason.",
+        labels: &[Label::of("reason", || LOG_SKIP_REASONS.to_vec())],
+        section: S,
+        rows: |s, out| {
+            let i = &s.inputs;
+            if i.log_files_open.is_some() {
+                let by = [
+                    i.log_files_skipped_symlink,
+                    i.log_files_skipped_not_regular,
+                    i.log_files_skipped_cap,
+                ];
+                for (r, n) in LOG_SKIP_REASONS.into_iter().zip(by) {
+                    out.add(&[r], n);
+                }
+            }
+        },
+    },
+    Family {
+        name: "socket_cache_entries",
+        ty: Gauge,
+        unit: None,
+        help: "Socket inodes the socket sampler's per-process cache holds.",
+        labels: &[],
+        section: S,
+        rows: |s, out| {
+            if let Some(n) = s.inputs.socket_cache_entries {
+                out.add(&[], n);
+            }
+        },
+    },
+    Family {
+        name: "socket_cache_overflows",
+        ty: Counter,
+        unit: None,
+        help: "Processes or sockets left uncached (walked again next tick) because the cache was full.",
+        labels: &[],
+        section: S,
+        rows: |s, out| {
+            if s.inputs.socket_cache_entries.is_some() {
+                out.add(&[], s.inputs.socket_cache_overflows_total);
+            }
+        },
+    },
+    Family {
+        name: "socket_pids",
+        ty: Gauge,
+        unit: None,
+        help: "Processes whose fd table the socket sampler's last pass walked, or reused unchanged.",
+        labels: &[Label::of("pass", || SOCKET_PASSES.to_vec())],
+        section: S,
+        rows: |s, out| {
+            let i = &s.inputs;
+            if i.socket_cache_entries.is_some() {
+                let by = [i.socket_pids_walked, i.socket_pids_reused];
+                for (p, n) in SOCKET_PASSES.into_iter().zip(by) {
+                    out.add(&[p], n);
+                }
+            }
+        },
+    },
+    Family {
+        name: "discovery_non_utf8_names",
+        ty: Gauge,
+        unit: None,
+        help: "Names that are not UTF-8 in the last scan (kept under an escaped name).",
+        labels: &[Label::of("tree", || TREES.to_vec())],
+        section: S,
+        rows: |s, out| {
+            let by = [s.inputs.non_utf8_cgroups, s.inputs.non_utf8_log_names];
+            for (t, n) in TREES.into_iter().zip(by) {
+                out.add(&[t], n);
+            }
+        },
+    },
+    Family {
+        name: "discovery_skipped_cgroups",
+        ty: Gauge,
+        unit: None,
+        help: "Cgroups not walked: too deep or a path too long.",
+        labels: &[],
+        section: S,
+        rows: |s, out| out.add(&[], s.inputs.skipped_cgroups),
+    },
+    Family {
+        name: "workloads",
+        ty: Gauge,
+        unit: None,
+        help: "Workloads discovered, by kind.",
+        labels: &[Label::of("kind", || names(&Kind::ALL, |k| k.as_str()))],
+        section: Section::Workloads,
+        rows: |s, out| {
+            for k in Kind::ALL {
+                let n = s.workloads.iter().filter(|w| w.kind == k && w.cgroup.is_some());
+                out.add(&[k.as_str()], n.count());
+            }
+        },
+    },
+];
