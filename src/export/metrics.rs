@@ -659,6 +659,21 @@ impl Collector for SnapshotCollector {
         )?;
         family(
             &mut enc,
+            "memory_files_open",
+            "Cgroup memory files the memory sampler holds open.",
+            Gauge,
+            inp.memory_files_open.map(|n| (node.clone(), n as u64)),
+        )?;
+        family(
+            &mut enc,
+            "memory_files_unheld",
+            "Memory files the last pass opened and closed again because the open-file cap was reached.",
+            Gauge,
+            inp.memory_files_open
+                .map(|_| (node.clone(), inp.memory_files_unheld as u64)),
+        )?;
+        family(
+            &mut enc,
             "socket_cache_entries",
             "Socket inodes the socket sampler's per-process cache holds.",
             Gauge,

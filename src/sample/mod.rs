@@ -136,6 +136,7 @@ impl Samplers {
         let d = self.discovery.stats();
         let l = self.logs.as_ref().map(|t| t.stats());
         let sc = self.net.socket_cache();
+        let m = self.memory.as_ref().map(MemoryReader::stats);
         crate::snapshot::InputStats {
             non_utf8_cgroups: d.non_utf8_cgroups,
             non_utf8_log_names: d.non_utf8_log_names,
@@ -144,6 +145,8 @@ impl Samplers {
             log_files_skipped_symlink: l.map_or(0, |l| l.skipped_symlink),
             log_files_skipped_not_regular: l.map_or(0, |l| l.skipped_not_regular),
             log_files_skipped_cap: l.map_or(0, |l| l.skipped_cap),
+            memory_files_open: m.map(|m| m.held_files),
+            memory_files_unheld: m.map_or(0, |m| m.unheld_reads),
             socket_cache_entries: sc.map(|c| c.entries),
             socket_cache_overflows_total: sc.map_or(0, |c| c.overflows_total),
             socket_pids_walked: sc.map_or(0, |c| c.walked),
@@ -206,25 +209,33 @@ impl Samplers {
     }
 
     fn sample_memory(&mut self, tick: &mut TickSample) {
-        let Some(reader) = &self.memory else {
+        if self.memory.is_none() {
             tick.memory = tick.inventory.workloads.iter().map(|_| Ok(None)).collect();
+            return;
+        }
+        let Some(reader) = &mut self.memory else {
             return;
         };
         let t = self.clock.now();
         let mut errors = Vec::new();
+        let d = &self.discovery;
+        reader.begin_pass();
         for w in &tick.inventory.workloads {
+            let ino = d.cgroup_ino(&w.cgroup);
             tick.memory
-                .push(reader.read(&w.cgroup).map_err(|e| errors.push(e)));
+                .push(reader.read(&w.cgroup, ino).map_err(|e| errors.push(e)));
         }
         if self.layout.memory_is_v2() {
             for p in &tick.inventory.pods {
+                let ino = d.cgroup_ino(&p.cgroup);
                 tick.pod_memory
-                    .push(reader.read(&p.cgroup).unwrap_or_else(|e| {
+                    .push(reader.read(&p.cgroup, ino).unwrap_or_else(|e| {
                         errors.push(e);
                         None
                     }));
             }
         }
+        reader.finish_pass();
         self.health[MEMORY].finish(t, self.clock.now(), &errors, true);
     }
 
