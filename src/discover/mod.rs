@@ -96,6 +96,8 @@ pub struct Discovery {
     /// Directory inode of each cgroup of the last walk: a cgroup re-created under the same name
     /// has another, so readers holding its files know to open them anew.
     inos: HashMap<String, u64>,
+    /// The pod log root as the last scan listed it, for the log tailer.
+    pod_listing: Option<names::PodLogListing>,
     stats: DiscoveryStats,
 }
 
@@ -115,6 +117,7 @@ impl Discovery {
             last_sandboxes: HashSet::new(),
             last_index: NameIndex::default(),
             inos: HashMap::new(),
+            pod_listing: None,
             stats: DiscoveryStats::default(),
         }
     }
@@ -160,6 +163,11 @@ impl Discovery {
         Some((wid, pod_uid, id))
     }
 
+    /// The pod log root as the last scan listed it (`None` before the first scan).
+    pub fn pod_log_listing(&self) -> Option<&names::PodLogListing> {
+        self.pod_listing.as_ref()
+    }
+
     /// The directory inode of a cgroup the last walk listed (0 when it did not list it).
     pub fn cgroup_ino(&self, rel: &str) -> u64 {
         self.inos.get(rel).copied().unwrap_or(0)
@@ -200,7 +208,10 @@ impl Discovery {
     }
 
     pub fn scan(&mut self) -> Result<Inventory, ReadError> {
-        let index = self.names.load()?;
+        let listing = self.names.list_pods();
+        let index = self.names.index(&listing);
+        self.pod_listing = Some(listing);
+        let index = index?;
         let mut stats = DiscoveryStats {
             non_utf8_log_names: index.non_utf8_names,
             ..DiscoveryStats::default()

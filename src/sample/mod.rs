@@ -193,7 +193,7 @@ impl Samplers {
         if let Some(tailer) = &mut self.logs {
             let t = clock.now();
             let cpu = thread_cpu();
-            let (samples, errors) = tailer.sample();
+            let (samples, errors) = tailer.sample_listed(self.discovery.pod_log_listing());
             self.health[LOGS].finish(t, clock.now(), &errors, true);
             self.charge(LOGS, cpu);
             tick.logs = Some(samples);
