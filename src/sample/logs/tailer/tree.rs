@@ -67,6 +67,8 @@ pub(super) struct TreeMemo {
     /// Directories listed and reused by the last pass.
     pub(super) listed: usize,
     pub(super) reused: usize,
+    /// [`SETTLE`] unless set (tests).
+    pub(super) settle: Option<std::time::Duration>,
 }
 
 impl TreeMemo {
@@ -85,14 +87,15 @@ impl TreeMemo {
 
     /// Whether a listing taken now of a directory with this stamp may be reused later.
     fn settled(&self, st: &Stamp) -> bool {
-        let Some(limit) = self.now.and_then(|n| n.checked_sub(SETTLE)) else {
+        let settle = self.settle.unwrap_or(SETTLE);
+        let Some(limit) = self.now.and_then(|n| n.checked_sub(settle)) else {
             return false;
         };
         let Ok(limit) = limit.duration_since(std::time::UNIX_EPOCH) else {
             return false;
         };
         let limit = (limit.as_secs() as i64, i64::from(limit.subsec_nanos()));
-        st.mtime < limit && st.ctime < limit
+        st.mtime <= limit && st.ctime <= limit
     }
 }
 
@@ -328,9 +331,7 @@ impl LogTailer {
     ) -> io::Result<Option<Vec<(u32, u64)>>> {
         let stamp = match stamp_at(dir, at) {
             Ok(Some((st, true))) => Some(st),
-            Ok(Some((_, false))) => {
-                return Err(nix::libc::ENOTDIR).map_err(io::Error::from_raw_os_error)
-            }
+            Ok(Some((_, false))) => return Err(io::Error::from_raw_os_error(nix::libc::ENOTDIR)),
             Ok(None) => {
                 self.stats.skipped_symlink += 1;
                 return Ok(None);
