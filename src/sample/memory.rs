@@ -207,9 +207,11 @@ impl MemoryReader {
             "total_inactive_file"
         };
         let Some(usage) = self.read_file(rel, ino, 0, parse_u64)? else {
+            self.forget(rel);
             return Ok(None);
         };
         let Some(limit) = self.read_file(rel, ino, 1, parse_limit)? else {
+            self.forget(rel);
             return Ok(None);
         };
         let inactive = self
@@ -223,6 +225,13 @@ impl MemoryReader {
             limit_bytes: limit,
             oom_kills,
         }))
+    }
+
+    /// Closes the files of a cgroup that reads as gone.
+    fn forget(&mut self, rel: &str) {
+        if let Some(h) = self.held.remove(rel) {
+            self.n_held -= h.count();
+        }
     }
 
     /// Reads and parses file `which` of `rel`; `Ok(None)` when it does not exist.
