@@ -363,7 +363,7 @@ fn a_held_memory_file_of_a_recreated_cgroup_reads_the_new_one() {
     let rel = n.rel(&c.cgroup);
     let dir = n.layout.primary().join(rel.trim_start_matches('/'));
     let mut r = MemoryReader::new(n.layout.primary(), v2);
-    let mut read = |r: &mut MemoryReader| {
+    let read = |r: &mut MemoryReader| {
         r.begin_pass();
         // Inode 0: only what the kernel says about the held descriptors tells the cgroups apart.
         let s = r.read(&rel, 0).expect("read");

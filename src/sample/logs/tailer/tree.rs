@@ -55,10 +55,13 @@ pub(super) struct DirMemo<T> {
 /// clock, a jiffy; up to 2 s on some filesystems) could leave the stamp as it was.
 const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// A pod dir's entries worth looking at: container dirs and symlinks (counted), raw names.
+type Entries = Vec<(Vec<u8>, EntryKind)>;
+
 /// Memos of the pod dirs (by raw name) and container dirs (by path below the root).
 #[derive(Debug, Default)]
 pub(super) struct TreeMemo {
-    pods: HashMap<Vec<u8>, DirMemo<Vec<(Vec<u8>, EntryKind)>>>,
+    pods: HashMap<Vec<u8>, DirMemo<Entries>>,
     containers: HashMap<PathBuf, DirMemo<Vec<(u32, u64)>>>,
     pass: u64,
     /// Wall-clock time of this pass: filesystem timestamps are wall-clock, whatever clock the
@@ -185,12 +188,11 @@ impl LogTailer {
 
     /// The container dirs of a pod dir: its memo while the stamp holds, else listed (and
     /// memoised). `Err(None)`: the pod is gone or not a directory (or a symlink, counted).
-    #[allow(clippy::type_complexity)]
     fn pod_entries(
         &mut self,
         root: BorrowedFd<'_>,
         p: &PodDir<'_>,
-    ) -> Result<(Vec<(Vec<u8>, EntryKind)>, Option<fsio::Listed>), Option<io::Error>> {
+    ) -> Result<(Entries, Option<fsio::Listed>), Option<io::Error>> {
         let raw = p.raw.as_bytes();
         let stamp = match stamp_at(root, Path::new(p.raw)) {
             Ok(Some((st, true))) => Some(st),
@@ -227,7 +229,7 @@ impl LogTailer {
             }
             Err(e) => return Err(Some(e)),
         };
-        let mut containers: Vec<(Vec<u8>, EntryKind)> = Vec::new();
+        let mut containers: Entries = Vec::new();
         let fd = fsio::list_into(fd, |name, kind, _| {
             if matches!(kind, EntryKind::Dir | EntryKind::Symlink) {
                 containers.push((name.to_vec(), kind));
