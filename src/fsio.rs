@@ -190,13 +190,27 @@ pub fn is_refused_link(err: &io::Error) -> bool {
 
 /// Calls `f(name, kind, inode)` for each entry of the directory `dir` except `.` and `..`,
 /// streaming: a directory of 100,000 entries costs no memory here.
-pub fn for_each_entry(
-    dir: BorrowedFd<'_>,
-    mut f: impl FnMut(&[u8], EntryKind, u64),
-) -> io::Result<()> {
+pub fn for_each_entry(dir: BorrowedFd<'_>, f: impl FnMut(&[u8], EntryKind, u64)) -> io::Result<()> {
     // A second descriptor of the same directory for the stream: `Dir` owns and closes it.
     let own = open_beneath(dir, Path::new("."), OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
-    let mut listing = nix::dir::Dir::from(own)?;
+    list_into(own, f).map(drop)
+}
+
+/// A directory listed by [`list_into`], still open: entries below it are opened through it.
+pub struct Listed(nix::dir::Dir);
+
+impl std::os::fd::AsFd for Listed {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor is owned by the `Dir`, which lives as long as the borrow.
+        unsafe { BorrowedFd::borrow_raw(self.0.as_raw_fd()) }
+    }
+}
+
+/// [`for_each_entry`] on a descriptor the caller gives up, without opening a second one (one
+/// `openat` and `close` less per directory); the listed directory is returned open.
+pub fn list_into(dir: OwnedFd, mut f: impl FnMut(&[u8], EntryKind, u64)) -> io::Result<Listed> {
+    let mut listing = nix::dir::Dir::from(dir)?;
+    let raw = listing.as_raw_fd();
     for entry in listing.iter() {
         let entry = entry?;
         let name = entry.file_name().to_bytes();
@@ -205,7 +219,7 @@ pub fn for_each_entry(
         }
         let kind = match entry.file_type() {
             Some(t) => kind_of(t),
-            None => match fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            None => match fstatat(Some(raw), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => kind_of_mode(st.st_mode),
                 // Gone since the listing: churn.
                 Err(_) => continue,
@@ -213,7 +227,7 @@ pub fn for_each_entry(
         };
         f(name, kind, entry.ino());
     }
-    Ok(())
+    Ok(Listed(listing))
 }
 
 fn kind_of(t: nix::dir::Type) -> EntryKind {

@@ -351,3 +351,41 @@ fn plain_host_cgroups_are_workloads_named_by_unit() {
         ]
     );
 }
+
+#[test]
+fn a_held_memory_file_of_a_recreated_cgroup_reads_the_new_one() {
+    use nodeguard::sample::memory::MemoryReader;
+    let Some(mut n) = node() else { return };
+    let v2 = n.layout.memory_is_v2();
+    let p = n.pod(Driver::Cgroupfs, QosClass::Burstable, "feeds", "held-0");
+    let c = n.container_cgroup(&p, "app", 0);
+    n.set_memory_limit(&c, 128 * MIB);
+    let rel = n.rel(&c.cgroup);
+    let dir = n.layout.primary().join(rel.trim_start_matches('/'));
+    let mut r = MemoryReader::new(n.layout.primary(), v2);
+    let read = |r: &mut MemoryReader| {
+        r.begin_pass();
+        // Inode 0: only what the kernel says about the held descriptors tells the cgroups apart.
+        let s = r.read(&rel, 0).expect("read");
+        r.finish_pass();
+        s
+    };
+    let first = read(&mut r).expect("memory files");
+    assert_eq!(first.limit_bytes, Some(128 * MIB));
+    assert_eq!(r.stats().held_files, 4);
+    // Removed: the held descriptors read ENODEV, which is churn, not an error.
+    n.remove_cgroup(&c);
+    assert_eq!(read(&mut r), None);
+    assert_eq!(r.stats().held_files, 0);
+    // Re-created under the same name, without a limit: the new cgroup is read, not the old one.
+    let mut r2 = MemoryReader::new(n.layout.primary(), v2);
+    std::fs::create_dir(&dir).expect("mkdir");
+    assert_eq!(read(&mut r2).expect("memory files").limit_bytes, None);
+    n.set_memory_limit(&c, 64 * MIB);
+    assert_eq!(read(&mut r2).expect("held").limit_bytes, Some(64 * MIB));
+    std::fs::remove_dir(&dir).expect("rmdir");
+    std::fs::create_dir(&dir).expect("mkdir again");
+    // r2 holds the removed cgroup's files: ENODEV, then the path gives the new one.
+    assert_eq!(read(&mut r2).expect("memory files").limit_bytes, None);
+    std::fs::remove_dir(&dir).expect("rmdir");
+}

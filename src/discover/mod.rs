@@ -13,9 +13,9 @@ pub use layout::CgroupLayout;
 use names::{NameIndex, NameSource};
 use nix::fcntl::OFlag;
 use serde::Serialize;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -93,6 +93,11 @@ pub struct Discovery {
     /// log names cgroups that may be gone by the time it is read.
     last_sandboxes: HashSet<String>,
     last_index: NameIndex,
+    /// Directory inode of each cgroup of the last walk: a cgroup re-created under the same name
+    /// has another, so readers holding its files know to open them anew.
+    inos: HashMap<String, u64>,
+    /// The pod log root as the last scan listed it, for the log tailer.
+    pod_listing: Option<names::PodLogListing>,
     stats: DiscoveryStats,
     /// `cgroup.procs` read during the last scan, by cgroup: the process sampler takes them
     /// instead of reading the same files again.
@@ -114,6 +119,8 @@ impl Discovery {
             sandbox_cache: HashSet::new(),
             last_sandboxes: HashSet::new(),
             last_index: NameIndex::default(),
+            inos: HashMap::new(),
+            pod_listing: None,
             stats: DiscoveryStats::default(),
             listed: std::collections::HashMap::new(),
         }
@@ -158,6 +165,16 @@ impl Discovery {
             }
         };
         Some((wid, pod_uid, id))
+    }
+
+    /// The pod log root as the last scan listed it (`None` before the first scan).
+    pub fn pod_log_listing(&self) -> Option<&names::PodLogListing> {
+        self.pod_listing.as_ref()
+    }
+
+    /// The directory inode of a cgroup the last walk listed (0 when it did not list it).
+    pub fn cgroup_ino(&self, rel: &str) -> u64 {
+        self.inos.get(rel).copied().unwrap_or(0)
     }
 
     /// What the last successful scan could not represent as is.
@@ -210,26 +227,30 @@ impl Discovery {
 
     pub fn scan(&mut self) -> Result<Inventory, ReadError> {
         self.listed.clear();
-        let index = self.names.load()?;
+        let listing = self.names.list_pods();
+        let index = self.names.index(&listing);
+        self.pod_listing = Some(listing);
+        let index = index?;
         let mut stats = DiscoveryStats {
             non_utf8_log_names: index.non_utf8_names,
             ..DiscoveryStats::default()
         };
-        let mut dirs = Vec::new();
+        let mut walked = Walked::default();
         for scope in &self.config.scopes {
             let rel = normalize(scope);
-            walk(&self.primary, &rel, &mut dirs, &mut stats)?;
+            walk(&self.primary, &rel, &mut walked, &mut stats)?;
         }
+        let dirs = &walked.dirs;
         let mut inv = Inventory::default();
         let mut seen_ids = Vec::new();
-        let live = live_container_ids(&dirs);
+        let live = live_container_ids(dirs);
         self.last_sandboxes.clear();
         let mut i = 0;
         while i < dirs.len() {
             let rel = dirs[i].clone();
             let comps: Vec<&str> = rel.split('/').filter(|c| !c.is_empty()).collect();
             if let Some(k) = kubelet::kubepods_index(&comps) {
-                let end = subtree_end(&dirs, i);
+                let end = subtree_end(dirs, i);
                 if let Some(kc) = kubelet::parse(&comps[k..]) {
                     let is_container = matches!(kc, KubeCgroup::Container { .. });
                     self.classify_kube(kc, &dirs[i..end], &index, &live, &mut inv, &mut seen_ids)?;
@@ -247,7 +268,7 @@ impl Discovery {
                 continue;
             }
             let name = comps.last().copied().unwrap_or("");
-            let subtree_end = subtree_end(&dirs, i);
+            let subtree_end = subtree_end(dirs, i);
             let is_unit = name.ends_with(".service") || name.ends_with(".scope");
             let is_leaf = subtree_end == i + 1;
             if is_unit || (is_leaf && !comps.is_empty() && !self.listed_procs(&rel)?.is_empty()) {
@@ -268,6 +289,7 @@ impl Discovery {
             i += 1;
         }
         self.sandbox_cache.retain(|id| seen_ids.contains(id));
+        self.inos = walked.dirs.into_iter().zip(walked.inos).collect();
         self.last_index = index;
         self.log_transitions(stats);
         self.stats = stats;
@@ -481,47 +503,59 @@ pub struct DiscoveryStats {
 fn walk(
     root: &Path,
     rel: &str,
-    out: &mut Vec<String>,
+    out: &mut Walked,
     stats: &mut DiscoveryStats,
 ) -> Result<(), ReadError> {
     let root_fd = fsio::open_dir(root).map_err(|e| ReadError::io(root, e))?;
     let scope = rel.trim_start_matches('/');
-    if scope.is_empty() {
-        return walk_at(root, root_fd.as_fd(), rel.to_owned(), 0, out, stats);
-    }
-    let raw = unescape_name(scope);
-    match fsio::open_beneath(
-        root_fd.as_fd(),
-        Path::new(OsStr::from_bytes(&raw)),
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
-    ) {
-        Ok(fd) => walk_at(root, fd.as_fd(), rel.to_owned(), 0, out, stats),
-        Err(e) if is_gone_dir(&e) => Ok(()),
-        Err(e) => Err(ReadError::io(&join_rel(root, rel), e)),
-    }
+    let fd = if scope.is_empty() {
+        root_fd
+    } else {
+        let raw = unescape_name(scope);
+        match fsio::open_beneath(
+            root_fd.as_fd(),
+            Path::new(OsStr::from_bytes(&raw)),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        ) {
+            Ok(fd) => fd,
+            Err(e) if is_gone_dir(&e) => return Ok(()),
+            Err(e) => return Err(ReadError::io(&join_rel(root, rel), e)),
+        }
+    };
+    let ino = nix::sys::stat::fstat(fd.as_raw_fd()).map_or(0, |st| st.st_ino);
+    walk_at(root, fd, ino, rel.to_owned(), 0, out, stats)
+}
+
+/// The walk's output: cgroup paths in pre-order, and each one's directory inode.
+#[derive(Debug, Default)]
+struct Walked {
+    dirs: Vec<String>,
+    inos: Vec<u64>,
 }
 
 fn walk_at(
     root: &Path,
-    dir: BorrowedFd<'_>,
+    dir: OwnedFd,
+    ino: u64,
     rel: String,
     depth: usize,
-    out: &mut Vec<String>,
+    out: &mut Walked,
     stats: &mut DiscoveryStats,
 ) -> Result<(), ReadError> {
-    let mut children: Vec<Vec<u8>> = Vec::new();
-    match fsio::for_each_entry(dir, |name, kind, _| {
+    let mut children: Vec<(Vec<u8>, u64)> = Vec::new();
+    let dir = match fsio::list_into(dir, |name, kind, ino| {
         if kind == EntryKind::Dir {
-            children.push(name.to_vec());
+            children.push((name.to_vec(), ino));
         }
     }) {
-        Ok(()) => {}
+        Ok(listed) => listed,
         Err(e) if is_gone_dir(&e) => return Ok(()),
         Err(e) => return Err(ReadError::io(&join_rel(root, &rel), e)),
-    }
-    out.push(rel.clone());
-    children.sort();
-    for raw in children {
+    };
+    out.dirs.push(rel.clone());
+    out.inos.push(ino);
+    children.sort_unstable();
+    for (raw, child_ino) in children {
         if std::str::from_utf8(&raw).is_err() {
             stats.non_utf8_cgroups += 1;
         }
@@ -536,12 +570,12 @@ fn walk_at(
             continue;
         }
         let opened = fsio::open_beneath(
-            dir,
+            dir.as_fd(),
             Path::new(OsStr::from_bytes(&raw)),
             OFlag::O_RDONLY | OFlag::O_DIRECTORY,
         );
         match opened {
-            Ok(fd) => walk_at(root, fd.as_fd(), child, depth + 1, out, stats)?,
+            Ok(fd) => walk_at(root, fd, child_ino, child, depth + 1, out, stats)?,
             // Gone, or replaced by a symlink or a file since the listing.
             Err(e) if is_gone_dir(&e) || fsio::is_refused_link(&e) => {}
             Err(e) => return Err(ReadError::io(&join_rel(root, &child), e)),
@@ -652,9 +686,10 @@ mod tests {
         }
         std::fs::create_dir_all(&deep).unwrap();
 
-        let mut out = Vec::new();
+        let mut walked = Walked::default();
         let mut stats = DiscoveryStats::default();
-        walk(root, "/", &mut out, &mut stats).unwrap();
+        walk(root, "/", &mut walked, &mut stats).unwrap();
+        let out = walked.dirs;
         assert!(
             out.iter().all(|r| !r.starts_with("/escape")),
             "symlink followed"
@@ -683,10 +718,10 @@ mod tests {
     #[test]
     fn walk_of_a_missing_scope_is_empty() {
         let dir = tempfile::tempdir().unwrap();
-        let mut out = Vec::new();
+        let mut out = Walked::default();
         let mut stats = DiscoveryStats::default();
         walk(dir.path(), "/nope", &mut out, &mut stats).unwrap();
-        assert!(out.is_empty());
+        assert!(out.dirs.is_empty());
     }
 
     #[test]

@@ -20,13 +20,20 @@ pub struct ContainerName {
     pub container: String,
 }
 
-/// Pure: `<namespace>_<pod>_<uid>` (names are DNS-1123, so `_` only separates).
-pub fn parse_pod_dir(name: &str) -> Option<(PodName, &str)> {
+/// Pure: the kubelet grammar of a pod log dir, `<namespace>_<pod>_<uid>` -> its three parts
+/// (names are DNS-1123, so `_` only separates). The one grammar discovery and the tailer use.
+pub fn split_pod_dir(name: &str) -> Option<(&str, &str, &str)> {
     let mut it = name.splitn(3, '_');
     let (ns, pod, uid) = (it.next()?, it.next()?, it.next()?);
     if ns.is_empty() || pod.is_empty() || uid.is_empty() || uid.contains('_') {
         return None;
     }
+    Some((ns, pod, uid))
+}
+
+/// Pure: a pod log dir's name -> the pod's name and its uid.
+pub fn parse_pod_dir(name: &str) -> Option<(PodName, &str)> {
+    let (ns, pod, uid) = split_pod_dir(name)?;
     Some((
         PodName {
             namespace: ns.to_owned(),
@@ -79,11 +86,27 @@ impl NameSource {
         }
     }
 
+    /// Lists the pod log root and builds the index from it.
     pub fn load(&self) -> Result<NameIndex, ReadError> {
+        self.index(&self.list_pods())
+    }
+
+    /// The pod log root's entries, listed once per tick for discovery and the tailer.
+    pub fn list_pods(&self) -> PodLogListing {
+        PodLogListing::list(&self.pod_logs)
+    }
+
+    /// The index from a listing of the pod log root and a listing of the container log links.
+    pub fn index(&self, pods: &PodLogListing) -> Result<NameIndex, ReadError> {
         let mut index = NameIndex::default();
-        for name in list_dir(&self.pod_logs, &mut index.non_utf8_names)? {
-            if let Some((pod, uid)) = parse_pod_dir(&name) {
-                index.pods.insert(uid.to_owned(), pod);
+        for (raw, _) in pods.entries()? {
+            match std::str::from_utf8(raw) {
+                Ok(name) => {
+                    if let Some((pod, uid)) = parse_pod_dir(name) {
+                        index.pods.insert(uid.to_owned(), pod);
+                    }
+                }
+                Err(_) => index.non_utf8_names += 1,
             }
         }
         // Only the link names are read: a link is never followed, wherever it points.
@@ -127,6 +150,55 @@ impl NameSource {
         })
         .map_err(|e| ReadError::io(&dir, e))?;
         Ok(out)
+    }
+}
+
+/// One listing of the pod log root (`/var/log/pods`): entry names as on disk and their kinds,
+/// or why it could not be listed. Made once per tick by discovery and handed to the tailer, so
+/// the root is listed once.
+#[derive(Debug)]
+pub struct PodLogListing {
+    root: PathBuf,
+    outcome: Result<Vec<(Vec<u8>, crate::fsio::EntryKind)>, std::io::Error>,
+}
+
+impl PodLogListing {
+    /// Lists `root`; a missing root is listed empty (a host without Kubernetes).
+    pub fn list(root: &Path) -> Self {
+        use crate::fsio;
+        let listed = fsio::open_dir(root).and_then(|fd| {
+            let mut out = Vec::new();
+            fsio::list_into(fd, |name, kind, _| out.push((name.to_vec(), kind)))?;
+            Ok(out)
+        });
+        let outcome = match listed {
+            Err(e) if fsio::is_gone(&e) => Ok(Vec::new()),
+            other => other,
+        };
+        PodLogListing {
+            root: root.to_path_buf(),
+            outcome,
+        }
+    }
+
+    /// The directory listed.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The entries (raw name, kind), or the error, which names the root.
+    pub fn entries(&self) -> Result<&[(Vec<u8>, crate::fsio::EntryKind)], ReadError> {
+        match &self.outcome {
+            Ok(v) => Ok(v),
+            Err(e) => Err(ReadError::io(&self.root, clone_io(e))),
+        }
+    }
+}
+
+fn clone_io(e: &std::io::Error) -> std::io::Error {
+    match e.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code),
+        None => std::io::Error::new(e.kind(), e.to_string()),
     }
 }
 

@@ -667,6 +667,8 @@ fn full_snapshot() -> Published {
         socket_cache_overflows_total: 9,
         socket_pids_walked: 10,
         socket_pids_reused: 11,
+        memory_files_open: Some(12),
+        memory_files_unheld: 13,
     };
     s.samplers = [
         "discovery",

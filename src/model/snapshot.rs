@@ -99,6 +99,10 @@ pub struct InputStats {
     pub log_files_skipped_symlink: usize,
     pub log_files_skipped_not_regular: usize,
     pub log_files_skipped_cap: usize,
+    /// Memory files held open by the memory sampler; `None` while it is off.
+    pub memory_files_open: Option<usize>,
+    /// Memory files the last pass opened and closed again because the cap was reached.
+    pub memory_files_unheld: usize,
     /// The socket sampler's per-pid cache: socket inodes held, and times its bound bit; `None`
     /// while the socket sampler is off.
     pub socket_cache_entries: Option<u64>,

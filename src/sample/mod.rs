@@ -167,6 +167,7 @@ impl Samplers {
         let d = self.discovery.stats();
         let l = self.logs.as_ref().map(|t| t.stats());
         let sc = self.net.socket_cache();
+        let m = self.memory.as_ref().map(MemoryReader::stats);
         crate::model::InputStats {
             non_utf8_cgroups: d.non_utf8_cgroups,
             non_utf8_log_names: d.non_utf8_log_names,
@@ -175,6 +176,8 @@ impl Samplers {
             log_files_skipped_symlink: l.map_or(0, |l| l.skipped_symlink),
             log_files_skipped_not_regular: l.map_or(0, |l| l.skipped_not_regular),
             log_files_skipped_cap: l.map_or(0, |l| l.skipped_cap),
+            memory_files_open: m.map(|m| m.held_files),
+            memory_files_unheld: m.map_or(0, |m| m.unheld_reads),
             socket_cache_entries: sc.map(|c| c.entries),
             socket_cache_overflows_total: sc.map_or(0, |c| c.overflows_total),
             socket_pids_walked: sc.map_or(0, |c| c.walked),
@@ -221,7 +224,7 @@ impl Samplers {
         if let Some(tailer) = &mut self.logs {
             let t = clock.now();
             let cpu = thread_cpu();
-            let (samples, errors) = tailer.sample();
+            let (samples, errors) = tailer.sample_listed(self.discovery.pod_log_listing());
             self.health[LOGS].finish(t, clock.now(), &errors, true);
             self.charge(LOGS, cpu);
             tick.logs = Some(samples);
@@ -237,7 +240,7 @@ impl Samplers {
     }
 
     fn sample_memory(&mut self, tick: &mut TickSample) {
-        let Some(reader) = &self.memory else {
+        let Some(reader) = &mut self.memory else {
             tick.memory = tick
                 .inventory
                 .workloads
@@ -248,19 +251,24 @@ impl Samplers {
         };
         let t = self.clock.now();
         let mut errors = Vec::new();
+        let d = &self.discovery;
+        reader.begin_pass();
         for w in &tick.inventory.workloads {
+            let ino = d.cgroup_ino(&w.cgroup);
             tick.memory
-                .push(Reading::of(reader.read(&w.cgroup), &mut errors));
+                .push(Reading::of(reader.read(&w.cgroup, ino), &mut errors));
         }
         if self.layout.memory_is_v2() {
             for p in &tick.inventory.pods {
+                let ino = d.cgroup_ino(&p.cgroup);
                 tick.pod_memory
-                    .push(reader.read(&p.cgroup).unwrap_or_else(|e| {
+                    .push(reader.read(&p.cgroup, ino).unwrap_or_else(|e| {
                         errors.push(e);
                         None
                     }));
             }
         }
+        reader.finish_pass();
         self.health[MEMORY].finish(t, self.clock.now(), &errors, true);
     }
 

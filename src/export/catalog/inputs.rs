@@ -50,6 +50,32 @@ pub const FAMILIES: &[Family<Published>] = &[
         },
     },
     Family {
+        name: "memory_files_open",
+        ty: Gauge,
+        unit: None,
+        help: "Cgroup memory files the memory sampler holds open.",
+        labels: &[],
+        section: S,
+        rows: |s, out| {
+            if let Some(n) = s.inputs.memory_files_open {
+                out.add(&[], n);
+            }
+        },
+    },
+    Family {
+        name: "memory_files_unheld",
+        ty: Gauge,
+        unit: None,
+        help: "Memory files the last pass opened and closed again because the open-file cap was reached.",
+        labels: &[],
+        section: S,
+        rows: |s, out| {
+            if s.inputs.memory_files_open.is_some() {
+                out.add(&[], s.inputs.memory_files_unheld);
+            }
+        },
+    },
+    Family {
         name: "socket_cache_entries",
         ty: Gauge,
         unit: None,

@@ -7,6 +7,7 @@
 //! open is capped. What is declined is counted in [`LogTreeStats`], never logged per file.
 
 use super::cri::CriCounter;
+use crate::discover::names::PodLogListing;
 use crate::error::ReadError;
 use crate::fsio::{self, escape_name, is_gone, is_refused_link, EntryKind};
 use crate::model::WorkloadId;
@@ -120,6 +121,8 @@ pub struct LogTailer {
     /// the byte budget tick after tick.
     cursor: usize,
     stats: LogTreeStats,
+    /// Listings of pod and container dirs, reused while the directory is unchanged.
+    memo: tree::TreeMemo,
 }
 
 impl LogTailer {
@@ -142,6 +145,7 @@ impl LogTailer {
             buf: vec![0; READ_BUF],
             cursor: 0,
             stats: LogTreeStats::default(),
+            memo: tree::TreeMemo::default(),
         }
     }
 
@@ -167,11 +171,20 @@ impl LogTailer {
     /// Per-file read errors do not stop the other files: they are returned in the second element.
     /// Returns one sample per container directory present, sorted by id then pod uid.
     pub fn sample(&mut self) -> (Vec<ContainerLogSample>, Vec<ReadError>) {
+        self.sample_listed(None)
+    }
+
+    /// [`LogTailer::sample`] with the root as discovery listed it this tick (used when it is a
+    /// listing of this tailer's root), so that the tree is listed once per tick.
+    pub fn sample_listed(
+        &mut self,
+        listing: Option<&PodLogListing>,
+    ) -> (Vec<ContainerLogSample>, Vec<ReadError>) {
         let before = self.stats;
         self.stats = LogTreeStats::default();
         let mut errors = Vec::new();
-        let (scan, root_listed) = self.scan(&mut errors);
-        self.reconcile(&scan, &mut errors);
+        let (scan, root_listed, root) = self.scan(listing, &mut errors);
+        self.reconcile(&scan, root, &mut errors);
 
         // Every tracked file belongs to a listed container (reconcile sees to it), so all
         // lookups hit this map and the key strings are cloned once per container, not per file.
@@ -238,7 +251,7 @@ impl LogTailer {
     /// that was replaced (a higher N, or the same name with a new inode) or removed to
     /// `draining`, closes those of containers that are gone, then opens, within the cap, each
     /// container's new current file first and older files not yet read after them.
-    fn reconcile(&mut self, scan: &Scan, errors: &mut Vec<ReadError>) {
+    fn reconcile(&mut self, scan: &Scan, root: Option<OwnedFd>, errors: &mut Vec<ReadError>) {
         let keys: Vec<ContainerKey> = self.files.keys().cloned().collect();
         for key in keys {
             let current = scan.get(&key).and_then(|cs| cs.logs.last().copied());
@@ -267,7 +280,8 @@ impl LogTailer {
                 let Some(cs) = scan.get(k) else {
                     return false;
                 };
-                files.retain(|f| cs.logs.contains(f));
+                // `logs` is sorted: a binary search keeps this linear in the files held.
+                files.retain(|f| cs.logs.binary_search(f).is_ok());
                 !files.is_empty()
             });
         }
@@ -289,7 +303,7 @@ impl LogTailer {
                 }
             }
         }
-        let root = match fsio::open_dir(&self.root) {
+        let root = match root.map_or_else(|| fsio::open_dir(&self.root), Ok) {
             Ok(fd) => fd,
             Err(e) => {
                 if !is_gone(&e) {

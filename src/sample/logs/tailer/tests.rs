@@ -772,3 +772,84 @@ fn cap_declines_new_containers_and_retries_them() {
     assert!(s[1].new_lines.is_zero());
     assert_eq!(t.stats().skipped_cap, 0);
 }
+
+#[test]
+fn an_unchanged_dir_is_not_listed_again_and_a_change_is_seen() {
+    let tree = Tree::new();
+    let c = tree.container(POD, "app");
+    tree.append(&c.join("0.log"), &lines("stdout", 2));
+    std::os::unix::fs::symlink("/etc/passwd", c.join("5.log")).unwrap();
+    std::os::unix::fs::symlink("/etc", tree.root().join(POD).join("linked")).unwrap();
+    let mut t = LogTailer::new(tree.root(), 1 << 20);
+    t.memo.settle = Some(std::time::Duration::ZERO);
+    sample_ok(&mut t);
+    assert_eq!((t.memo.listed, t.memo.reused), (2, 0));
+    let skipped = t.stats().skipped_symlink;
+    assert_eq!(skipped, 2);
+    // Nothing changed in either directory: both listings reused, the skips counted alike.
+    tree.append(&c.join("0.log"), &lines("stderr", 3));
+    let s = sample_ok(&mut t);
+    assert_eq!((t.memo.listed, t.memo.reused), (0, 2));
+    assert_eq!(t.stats().skipped_symlink, skipped);
+    assert_eq!(only(&s).new_lines, counts(0, 3, 0));
+    // A new file changes the container dir's stamp: listed again, the file found.
+    tree.append(&c.join("1.log"), &lines("stdout", 1));
+    let s = sample_ok(&mut t);
+    assert_eq!((t.memo.listed, t.memo.reused), (1, 1));
+    assert_eq!(only(&s).max_restart_number, Some(1));
+    assert_eq!(only(&s).new_lines, counts(1, 0, 0));
+    // A new container dir changes the pod dir's stamp.
+    let side = tree.container(POD, "side");
+    tree.append(&side.join("0.log"), &lines("stdout", 4));
+    let s = sample_ok(&mut t);
+    assert_eq!(s.len(), 2);
+    assert_eq!(t.memo.reused, 1, "only app's dir was unchanged");
+    // Removed: nothing reused, nothing reported.
+    fs::remove_dir_all(tree.root().join(POD)).unwrap();
+    assert!(sample_ok(&mut t).is_empty());
+    assert_eq!(t.memo.reused, 0);
+}
+
+#[test]
+fn a_dir_changed_just_before_its_listing_is_listed_again() {
+    // Changed within the settle time: a later change could share its timestamp, so the
+    // listing is not trusted.
+    let tree = Tree::new();
+    let c = tree.container(POD, "app");
+    tree.append(&c.join("0.log"), &lines("stdout", 1));
+    let mut t = LogTailer::new(tree.root(), 1 << 20);
+    sample_ok(&mut t);
+    sample_ok(&mut t);
+    assert_eq!((t.memo.listed, t.memo.reused), (2, 0));
+}
+
+#[test]
+fn the_listing_discovery_made_is_used_and_another_root_s_is_not() {
+    use crate::discover::names::PodLogListing;
+    let tree = Tree::new();
+    let c = tree.container(POD, "app");
+    tree.append(&c.join("0.log"), &lines("stdout", 1));
+    let listing = PodLogListing::list(&tree.root());
+    let late = "default_late-1_9f9f-0000";
+    tree.append(
+        &tree.container(late, "app").join("0.log"),
+        &lines("stdout", 1),
+    );
+    let mut t = LogTailer::new(tree.root(), 1 << 20);
+    let (s, errors) = t.sample_listed(Some(&listing));
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(
+        s.len(),
+        1,
+        "the pod created after the listing waits for the next one"
+    );
+    let other = Tree::new();
+    let (s, _) = t.sample_listed(Some(&PodLogListing::list(&other.root())));
+    assert_eq!(s.len(), 2, "a listing of another root is not this tree's");
+    // A listing that failed is this pass's error, naming the root.
+    let file = tree.root().join("file");
+    fs::write(&file, "").unwrap();
+    let mut t2 = LogTailer::new(file.clone(), 1 << 20);
+    let (_, errors) = t2.sample_listed(Some(&PodLogListing::list(&file)));
+    assert!(!errors.is_empty() && errors.iter().all(|e| e.path() == file));
+}
