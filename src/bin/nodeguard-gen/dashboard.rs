@@ -268,10 +268,13 @@ fn rows() -> Vec<Row> {
                     .q("increase(nodeguard_config_reloads_total{@N}[$__range])", "reloads {{node}}")
                     .q("increase(nodeguard_config_reload_failures_total{@N}[$__range])", "refused {{node}}")
                     .q("nodeguard_config_restart_required{@N}", "restart required {{node}}"),
-                panel("Files and log tailer", Timeseries, "short", 8)
+                panel("Files held", Timeseries, "short", 8)
+                    .desc("Open fds against what the readers hold: log files, cgroup memory files (and those read unheld past the cap), and entries the log tailer skipped.")
                     .q("nodeguard_process_open_fds{@N}", "open fds {{node}}")
                     .q("nodeguard_log_files_open{@N}", "log files open {{node}}")
-                    .q("nodeguard_log_files_skipped{@N}", "skipped {{node}} {{reason}}"),
+                    .q("nodeguard_log_files_skipped{@N}", "skipped {{node}} {{reason}}")
+                    .q("nodeguard_memory_files_open{@N}", "memory files open {{node}}")
+                    .q("nodeguard_memory_files_unheld{@N}", "memory files unheld {{node}}"),
                 panel("HTTP server", Timeseries, "short", 8)
                     .desc("Connections against the cap, and connections refused or timed out per second.")
                     .q("nodeguard_http_connections{@N}", "open {{node}}")
