@@ -26,6 +26,7 @@ mod common;
 use common::net::{self, Netns};
 use common::{Container, Driver, Pod, TestNode};
 use nodeguard::discover::kubelet::QosClass;
+use nodeguard::export::catalog::agent::SAMPLERS;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,16 +38,6 @@ use std::time::{Duration, Instant, SystemTime};
 const AGENT_PORT: u16 = 19913;
 const EXPORTER_PORT: u16 = 19100;
 const CHILD_EHASH: &str = "/proc/sys/net/ipv4/tcp_child_ehash_entries";
-const SAMPLERS: [&str; 8] = [
-    "discovery",
-    "memory",
-    "processes",
-    "logs",
-    "sockets",
-    "conntrack",
-    "ports",
-    "kmsg",
-];
 
 /// Measured runs: the agent's configuration beyond paths, scope and state file.
 const RUNS: &[(&str, &str)] = &[

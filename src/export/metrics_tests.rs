@@ -670,28 +670,19 @@ fn full_snapshot() -> Published {
         memory_files_open: Some(12),
         memory_files_unheld: 13,
     };
-    s.samplers = [
-        "discovery",
-        "memory",
-        "processes",
-        "logs",
-        "sockets",
-        "conntrack",
-        "ports",
-        "kmsg",
-    ]
-    .into_iter()
-    .enumerate()
-    .map(|(i, name)| SamplerStatus {
-        name,
-        enabled: i != 6,
-        age_seconds: Some(1.0),
-        fresh: i % 2 == 0,
-        last_duration_seconds: 0.125,
-        cpu_seconds_total: 2.5,
-        errors_total: vec![("parse".into(), 2), ("io".into(), 1)],
-    })
-    .collect();
+    s.samplers = catalog::agent::SAMPLERS
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| SamplerStatus {
+            name,
+            enabled: i != 6,
+            age_seconds: Some(1.0),
+            fresh: i % 2 == 0,
+            last_duration_seconds: 0.125,
+            cpu_seconds_total: 2.5,
+            errors_total: vec![("parse".into(), 2), ("io".into(), 1)],
+        })
+        .collect();
     s.cgroup_layout = "v2".into();
     s.agent = crate::model::AgentStats {
         ticks_total: 12,
