@@ -359,6 +359,8 @@ pub struct ConfigSource {
     pub file: Option<PathBuf>,
     /// The text the running config was read from (hashed for `nodeguard_config_info`).
     pub text: String,
+    /// `--set` fields, applied on top of the file again at every reload.
+    pub overrides: Vec<crate::config::overrides::Override>,
     /// How often the file is checked for a change (`--config-poll`, 2s); `None`: SIGHUP only.
     /// A check is one `stat` through the symlinks (a ConfigMap's `..data` swap shows as a new
     /// inode); the file is read only when that changed.
@@ -381,8 +383,13 @@ fn file_identity(path: &Path) -> Option<(u64, u64, u64, i64, i64, i64)> {
 }
 
 /// Reloads from `path` and logs the result in one line.
-fn reload_from(agent: &mut Agent, path: &Path, trigger: &str) {
-    match agent.reload(Config::load_file(path)) {
+fn reload_from(
+    agent: &mut Agent,
+    path: &Path,
+    overrides: &[crate::config::overrides::Override],
+    trigger: &str,
+) {
+    match agent.reload(Config::load_file_with(path, overrides)) {
         Reload::Unchanged => {
             tracing::info!(file = %path.display(), trigger, hash = %agent.config_status().hash, "config unchanged")
         }
@@ -490,8 +497,9 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
             continue;
         };
         // Reading the file and undoing holds block: off the runtime, between two ticks.
+        let overrides = source.overrides.clone();
         agent = tokio::task::spawn_blocking(move || {
-            reload_from(&mut agent, &path, trigger);
+            reload_from(&mut agent, &path, &overrides, trigger);
             agent
         })
         .await?;

@@ -1,5 +1,6 @@
 //! Command line: `nodeguard [--config FILE]` runs the agent; `nodeguard check-config FILE` checks.
 
+use crate::config::overrides::{self, Override};
 use crate::config::Config;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -18,6 +19,10 @@ pub struct Cli {
     /// YAML configuration; the embedded defaults (config/nodeguard.yaml) when omitted.
     #[arg(long, global = true)]
     pub config: Option<PathBuf>,
+    /// Set one config field on top of the file or the defaults, at start and at every reload
+    /// (`--set samplers.kmsg.enabled=true`; the value is YAML). Repeatable.
+    #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// How often the agent checks the config file for a change (`0s`: only on SIGHUP).
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub config_poll: std::time::Duration,
@@ -74,18 +79,32 @@ pub enum StatusOutput {
     Wide,
 }
 
-/// Loads a config file, or the defaults. Errors are printed with every bad field.
-pub fn load(path: Option<&PathBuf>) -> Result<Config, String> {
+/// Loads a config file, or the defaults, with the `--set` overrides, and the text it hashes.
+/// Errors are printed with every bad field.
+pub fn load(path: Option<&PathBuf>, overrides: &[Override]) -> Result<(Config, String), String> {
     match path {
-        None => Config::default_config().map_err(|e| e.to_string()),
-        Some(p) => Config::from_file(p).map_err(|e| e.to_string()),
+        None => Config::from_yaml_with(crate::config::DEFAULT_YAML, overrides)
+            .map(|c| {
+                let text = overrides::hashed_text(crate::config::DEFAULT_YAML, overrides);
+                (c, text)
+            })
+            .map_err(|e| e.to_string()),
+        Some(p) => Config::load_file_with(p, overrides).map_err(|e| e.to_string()),
     }
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    let overrides = match Override::parse_all(&cli.set) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let config = cli.config.as_ref();
     match cli.command {
-        Some(Command::CheckConfig { file }) => match load(Some(&file)) {
+        Some(Command::CheckConfig { file }) => match load(Some(&file), &overrides) {
             Ok(_) => {
                 println!("{}: ok", file.display());
                 ExitCode::SUCCESS
@@ -99,7 +118,7 @@ pub fn main() -> ExitCode {
             print!("{}", crate::config::DEFAULT_YAML);
             ExitCode::SUCCESS
         }
-        Some(Command::Breakers) => with_config(cli.config.as_ref(), |c| {
+        Some(Command::Breakers) => with_config(config, &overrides, |c| {
             match crate::action::state::load(&c.guard.state_file) {
                 Ok(Some(f)) if !f.breakers.is_empty() => {
                     for b in f.breakers {
@@ -125,7 +144,7 @@ pub fn main() -> ExitCode {
                 }
             }
         }),
-        Some(Command::Release { workload, rule }) => with_config(cli.config.as_ref(), |c| {
+        Some(Command::Release { workload, rule }) => with_config(config, &overrides, |c| {
             let parts: Vec<&str> = workload.split('/').collect();
             let (namespace, pod, container) = match parts.as_slice() {
                 [ns, pod, c] => (*ns, *pod, *c),
@@ -155,17 +174,9 @@ pub fn main() -> ExitCode {
                 }
             }
         }),
-        Some(Command::Status(args)) => {
-            with_config(cli.config.as_ref(), |c| status(&args, c.listen))
-        }
+        Some(Command::Status(args)) => with_config(config, &overrides, |c| status(&args, c.listen)),
         None => {
-            let loaded = match cli.config.as_ref() {
-                None => Config::default_config()
-                    .map(|c| (c, crate::config::DEFAULT_YAML.to_owned()))
-                    .map_err(|e| e.to_string()),
-                Some(p) => Config::load_file(p).map_err(|e| e.to_string()),
-            };
-            let (config, text) = match loaded {
+            let (config, text) = match load(config, &overrides) {
                 Ok(c) => c,
                 Err(e) => {
                     eprint!("{e}");
@@ -175,6 +186,7 @@ pub fn main() -> ExitCode {
             let source = crate::agent::ConfigSource {
                 file: cli.config.clone(),
                 text,
+                overrides,
                 poll: (!cli.config_poll.is_zero()).then_some(cli.config_poll),
             };
             init_tracing();
@@ -302,9 +314,13 @@ fn emit(mut to: impl std::io::Write, text: &str) -> std::io::Result<()> {
     to.flush()
 }
 
-fn with_config(path: Option<&PathBuf>, f: impl FnOnce(&Config) -> ExitCode) -> ExitCode {
-    match load(path) {
-        Ok(c) => f(&c),
+fn with_config(
+    path: Option<&PathBuf>,
+    overrides: &[Override],
+    f: impl FnOnce(&Config) -> ExitCode,
+) -> ExitCode {
+    match load(path, overrides) {
+        Ok((c, _)) => f(&c),
         Err(e) => {
             eprint!("{e}");
             ExitCode::from(EXIT_USAGE)

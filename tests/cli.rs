@@ -114,3 +114,105 @@ fn default_run_serves_metrics_on_9913() {
     }
     assert!(status.success(), "{status:?}");
 }
+
+/// `--set` (what the `kmsg` and `ports` components append to the pod's args): applied over the
+/// file at start, named in the config hash, and applied again at a reload, so a reload neither
+/// drops it nor asks for a restart over it.
+#[test]
+fn set_overrides_the_file_at_start_and_at_every_reload() {
+    use nodeguard::config::overrides::{hashed_text, Override};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("nodeguard.yaml");
+    let state = dir.path().join("state.json");
+    let text = |interval: &str| {
+        format!(
+            "listen: 127.0.0.1:1\ninterval: {interval}\nsamplers:\n  kmsg:\n    enabled: false\nguard:\n  state_file: {}\n",
+            state.display()
+        )
+    };
+    std::fs::write(&file, text("1s")).unwrap();
+    let addr = common::agent::free_addr();
+    let sets = [
+        format!("listen={addr}"),
+        "samplers.kmsg.enabled=true".to_owned(),
+    ];
+    let overrides = Override::parse_all(&sets).unwrap();
+    let hash = |t: &str| nodeguard::config::live::hash(&hashed_text(t, &overrides));
+    let log = dir.path().join("agent.log");
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&file)
+        .args(["--config-poll", "200ms"])
+        .args(sets.iter().map(|s| format!("--set={s}")))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let addr = addr.to_string();
+    let metrics_with = |needle: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some((200, body)) = http_get(&addr, "/metrics") {
+                if body.contains(needle) {
+                    return Some(body);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    };
+    let result = std::panic::catch_unwind(|| {
+        // Listening where --set says, the kmsg source on although the file has it off.
+        let first = format!("hash=\"{}\"", hash(&text("1s")));
+        let body = metrics_with(&first).expect("no config_info with the start hash");
+        assert!(
+            body.contains("nodeguard_feature_available{feature=\"oom_kmsg\""),
+            "{body}"
+        );
+        std::fs::write(&file, text("2s")).unwrap();
+        let second = format!("hash=\"{}\"", hash(&text("2s")));
+        let body = metrics_with(&second).expect("the reload never showed");
+        assert!(
+            body.contains("nodeguard_feature_available{feature=\"oom_kmsg\""),
+            "{body}"
+        );
+        let log = std::fs::read_to_string(&log).unwrap();
+        assert!(log.contains("config reloaded"), "{log}");
+        assert!(!log.contains("restart_required"), "{log}");
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    if let Err(e) = result {
+        eprintln!(
+            "agent log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::panic::resume_unwind(e);
+    }
+    assert!(status.success(), "{status:?}");
+
+    // check-config takes --set too, and names a bad one.
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&file)
+        .arg("--set=samplers.kmsg.enabeld=true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("  samplers.kmsg.enabeld: unknown field"),
+        "{err}"
+    );
+    let out = Command::new(BIN)
+        .args(["--set", "nokey", "check-config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected KEY=VALUE"));
+}

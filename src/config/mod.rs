@@ -6,6 +6,7 @@ mod collect;
 pub mod guard;
 pub mod limits;
 pub mod live;
+pub mod overrides;
 
 use bounds::{Bounds, MAX_DURATION};
 use serde::Deserialize;
@@ -328,9 +329,18 @@ impl Config {
 
     /// [`Config::from_file`], also returning the text it was read from (the agent hashes it).
     pub fn load_file(path: &Path) -> Result<(Config, String), LoadError> {
+        Config::load_file_with(path, &[])
+    }
+
+    /// [`Config::load_file`] with `--set` overrides applied on top of the file; the text
+    /// returned names them (see [`overrides::hashed_text`]).
+    pub fn load_file_with(
+        path: &Path,
+        overrides: &[overrides::Override],
+    ) -> Result<(Config, String), LoadError> {
         let text = read_text(path)?;
-        match Config::from_yaml(&text) {
-            Ok(c) => Ok((c, text)),
+        match Config::from_yaml_with(&text, overrides) {
+            Ok(c) => Ok((c, overrides::hashed_text(&text, overrides))),
             Err(errors) => Err(LoadError::Invalid {
                 path: path.to_path_buf(),
                 errors,
@@ -339,6 +349,14 @@ impl Config {
     }
 
     pub fn from_yaml(text: &str) -> Result<Config, ConfigErrors> {
+        Config::from_yaml_with(text, &[])
+    }
+
+    /// [`Config::from_yaml`] with `--set` overrides applied to the parsed document first.
+    pub fn from_yaml_with(
+        text: &str,
+        overrides: &[overrides::Override],
+    ) -> Result<Config, ConfigErrors> {
         let document = |message: String| {
             ConfigErrors(vec![FieldError {
                 path: "(document)".into(),
@@ -347,11 +365,25 @@ impl Config {
         };
         limits::check_text(text).map_err(document)?;
         limits::check_nodes(text).map_err(|e| document(e.to_string()))?;
-        let root: serde_norway::Value = match serde_norway::from_str(text) {
+        let mut root: serde_norway::Value = match serde_norway::from_str(text) {
             Ok(serde_norway::Value::Null) => serde_norway::Value::Mapping(Default::default()),
             Ok(v) => v,
             Err(e) => return Err(document(e.to_string())),
         };
+        if root.is_mapping() {
+            let failed: Vec<FieldError> = overrides
+                .iter()
+                .filter_map(|o| {
+                    o.apply(&mut root).err().map(|message| FieldError {
+                        path: o.field(),
+                        message,
+                    })
+                })
+                .collect();
+            if !failed.is_empty() {
+                return Err(ConfigErrors(failed));
+            }
+        }
         let Some(map) = root.as_mapping() else {
             return Err(document("expected a mapping of sections".into()));
         };
