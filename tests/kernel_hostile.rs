@@ -556,6 +556,13 @@ fn the_log_tree_stays_inside_its_root_and_bounded() {
             }
         }
     }
+    // A pass over 20,000 files in a debug build on a loaded 2-core machine can outlast the polls:
+    // what must hold is that ticks come, so wait for the next one (bounded) before judging.
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while agent.ticks().unwrap_or(0) <= t0.1 && Instant::now() < give_up && agent.exited().is_none()
+    {
+        std::thread::sleep(INTERVAL);
+    }
     let t1 = (Instant::now(), agent.ticks().unwrap_or(0));
     let bound = BASE_FDS + MAX_OPEN_FILES;
     c.check(
