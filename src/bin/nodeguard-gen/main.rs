@@ -3,8 +3,10 @@
 //! the Grafana dashboard (from the panel table in dashboard.rs) and its ConfigMap.
 //! `--check` writes nothing and fails when a committed file differs (scripts/ship-check).
 //! The subcommands are ship-check's own policy checks of what ships (`policy`, `gitops`) and the
-//! YAML reshapes it needs for outside tools (`split-crds`, `spec`); see [`policy`].
+//! YAML reshapes it needs for outside tools (`split-crds`, `spec`); see [`policy`]; and the
+//! benchmark scripts' summary tables (`bench-summary`).
 
+mod bench;
 mod dashboard;
 mod policy;
 mod rules;
@@ -43,6 +45,16 @@ enum Cmd {
     SplitCrds { file: PathBuf },
     /// Writes the `spec` of the rule object in FILE to OUT, as a rule file.
     Spec { file: PathBuf, out: PathBuf },
+    /// Prints the summary table of the whole-node scenario's JSON files in DIR (scripts/bench,
+    /// scripts/bench-cost).
+    BenchSummary {
+        #[arg(value_enum)]
+        kind: bench::Kind,
+        dir: PathBuf,
+        /// Seconds the benchmark took (printed last).
+        #[arg(long)]
+        took: Option<u64>,
+    },
 }
 
 /// `policy`: every check; the lists for the script written even when a check fails.
@@ -121,6 +133,10 @@ fn subcommand(repo: &Path, cmd: Cmd) -> Result<bool, String> {
             let spec = policy::gitops::spec_of(&read(&file)?)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
             std::fs::write(&out, spec).map_err(|e| format!("{}: {e}", out.display()))?;
+            Ok(true)
+        }
+        Cmd::BenchSummary { kind, dir, took } => {
+            print!("{}", bench::summary(kind, &dir, took)?);
             Ok(true)
         }
     }
