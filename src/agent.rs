@@ -318,12 +318,7 @@ impl Agent {
             },
             kmsg: self.samplers.kmsg_status(),
             inputs: self.samplers.input_stats(),
-            samplers: self
-                .samplers
-                .health
-                .iter()
-                .map(|h| h.status(end, self.config.interval))
-                .collect(),
+            samplers: self.samplers.status(end, self.config.interval),
             agent: AgentStats {
                 ticks_total: self.ticks,
                 tick_duration_seconds: end.saturating_duration_since(t0).as_secs_f64(),

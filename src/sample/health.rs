@@ -1,5 +1,6 @@
 //! Per-sampler bookkeeping: freshness, duration, errors by kind, and log lines only on transitions.
 
+use super::sampler::SamplerName;
 use crate::error::{ErrorKind, ReadError};
 use crate::model::SamplerStatus;
 use std::collections::{BTreeMap, HashSet};
@@ -26,7 +27,7 @@ pub fn thread_cpu() -> Duration {
 
 #[derive(Debug)]
 pub struct SamplerHealth {
-    pub name: &'static str,
+    pub name: SamplerName,
     pub enabled: bool,
     last_ok: Option<Instant>,
     last_duration: Duration,
@@ -37,7 +38,7 @@ pub struct SamplerHealth {
 }
 
 impl SamplerHealth {
-    pub fn new(name: &'static str, enabled: bool) -> Self {
+    pub fn new(name: SamplerName, enabled: bool) -> Self {
         SamplerHealth {
             name,
             enabled,
@@ -60,12 +61,12 @@ impl SamplerHealth {
             *self.errors.entry(e.kind()).or_default() += 1;
             let path = e.path().to_path_buf();
             if !self.failing.contains(&path) {
-                tracing::warn!(sampler = self.name, kind = e.kind().as_str(), error = %e, "read failed; keeping last good value");
+                tracing::warn!(sampler = self.name.as_str(), kind = e.kind().as_str(), error = %e, "read failed; keeping last good value");
             }
             failing.insert(path);
         }
         for p in self.failing.difference(&failing) {
-            tracing::info!(sampler = self.name, path = %p.display(), "read recovered");
+            tracing::info!(sampler = self.name.as_str(), path = %p.display(), "read recovered");
         }
         self.failing = failing;
     }
@@ -78,7 +79,7 @@ impl SamplerHealth {
     pub fn status(&self, now: Instant, interval: Duration) -> SamplerStatus {
         let age = self.last_ok.map(|t| now.saturating_duration_since(t));
         SamplerStatus {
-            name: self.name,
+            name: self.name.as_str(),
             enabled: self.enabled,
             age_seconds: age.map(|a| a.as_secs_f64()),
             fresh: age.is_some_and(|a| a <= interval * 3),
@@ -107,7 +108,7 @@ mod tests {
         }
         let spent = thread_cpu().saturating_sub(t0);
         assert!(spent > Duration::ZERO, "{x}");
-        let mut h = SamplerHealth::new("sockets", true);
+        let mut h = SamplerHealth::new(SamplerName::Sockets, true);
         h.charge(Duration::from_millis(1500));
         h.charge(Duration::from_millis(250));
         let st = h.status(Instant::now(), Duration::from_secs(5));
@@ -118,7 +119,7 @@ mod tests {
     #[test]
     fn counts_errors_and_tracks_freshness() {
         let t0 = Instant::now();
-        let mut h = SamplerHealth::new("memory", true);
+        let mut h = SamplerHealth::new(SamplerName::Memory, true);
         let iv = Duration::from_secs(5);
         assert!(!h.status(t0, iv).fresh);
         let err = ReadError::parse(Path::new("/x"), crate::error::ParseError::new("bad"));

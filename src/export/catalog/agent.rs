@@ -4,21 +4,13 @@
 use super::{names, Family, Label, Rows, Section, Type, Unit};
 use crate::error::ErrorKind;
 use crate::model::{Published, SamplerStatus};
+use crate::sample::sampler::SamplerName;
 
 use Section::Agent as S;
 use Type::{Counter, Gauge};
 
-/// The samplers, as `sampler` labels name them.
-pub const SAMPLERS: [&str; 8] = [
-    "discovery",
-    "memory",
-    "processes",
-    "logs",
-    "sockets",
-    "conntrack",
-    "ports",
-    "kmsg",
-];
+/// The samplers, as `sampler` labels name them: the sampler registry's names.
+pub const SAMPLERS: [&str; 8] = SamplerName::NAMES;
 /// The cgroup layouts discovery detects (`CgroupLayout::name`).
 pub const CGROUP_LAYOUTS: [&str; 3] = ["v1", "v2", "hybrid"];
 
