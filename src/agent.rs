@@ -322,9 +322,9 @@ impl Agent {
             agent: AgentStats {
                 ticks_total: self.ticks,
                 tick_duration_seconds: end.saturating_duration_since(t0).as_secs_f64(),
-                resident_memory_bytes: own.rss_bytes,
-                cpu_seconds_total: own.cpu_seconds,
-                open_fds: own.open_fds,
+                resident_memory_bytes: own.map_or(0, |o| o.rss_bytes),
+                cpu_seconds_total: own.map(|o| o.cpu_seconds),
+                open_fds: own.map_or(0, |o| o.open_fds),
                 start_time_seconds: self.started,
             },
             config: self.config_status.clone(),
