@@ -1,6 +1,5 @@
 //! Per-sampler bookkeeping: freshness, duration, errors by kind, and log lines only on transitions.
 
-use super::sampler::SamplerName;
 use crate::error::{ErrorKind, ReadError};
 use crate::model::SamplerStatus;
 use std::collections::{BTreeMap, HashSet};
@@ -23,6 +22,57 @@ pub fn thread_cpu() -> Duration {
         ts.tv_sec.max(0) as u64,
         ts.tv_nsec.clamp(0, 999_999_999) as u32,
     )
+}
+
+/// The samplers by the names `sampler` labels and the snapshot give them, in that order (the
+/// catalog's `SAMPLERS` is [`SamplerName::NAMES`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SamplerName {
+    Discovery,
+    Memory,
+    Processes,
+    Logs,
+    Sockets,
+    Conntrack,
+    Ports,
+    Kmsg,
+}
+
+impl SamplerName {
+    pub const ALL: [SamplerName; 8] = [
+        Self::Discovery,
+        Self::Memory,
+        Self::Processes,
+        Self::Logs,
+        Self::Sockets,
+        Self::Conntrack,
+        Self::Ports,
+        Self::Kmsg,
+    ];
+
+    /// `ALL` as strings.
+    pub const NAMES: [&'static str; 8] = {
+        let mut out = [""; 8];
+        let mut i = 0;
+        while i < out.len() {
+            out[i] = Self::ALL[i].as_str();
+            i += 1;
+        }
+        out
+    };
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Discovery => "discovery",
+            Self::Memory => "memory",
+            Self::Processes => "processes",
+            Self::Logs => "logs",
+            Self::Sockets => "sockets",
+            Self::Conntrack => "conntrack",
+            Self::Ports => "ports",
+            Self::Kmsg => "kmsg",
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -128,5 +178,15 @@ mod tests {
         assert!(s.fresh);
         assert_eq!(s.errors_total, vec![("parse".to_string(), 1)]);
         assert!(!h.status(t0 + Duration::from_secs(16), iv).fresh);
+    }
+
+    #[test]
+    fn names_are_distinct_and_in_label_order() {
+        let mut sorted = SamplerName::ALL;
+        sorted.sort();
+        assert_eq!(sorted, SamplerName::ALL);
+        let set: std::collections::HashSet<_> = SamplerName::NAMES.iter().collect();
+        assert_eq!(set.len(), SamplerName::NAMES.len());
+        assert_eq!(SamplerName::NAMES[4], SamplerName::Sockets.as_str());
     }
 }

@@ -2,10 +2,10 @@
 //! read this tick), its pids controller, the node's task table, and the zombies (`zombies.rs`).
 //! The network pass reads the pids it lists, so it lists them while either runs.
 
-use super::health::SamplerHealth;
+use super::health::{SamplerHealth, SamplerName};
 use super::pids::PidsReader;
 use super::procs::{ProcSummary, ProcTable};
-use super::sampler::{Ctx, Sampler, SamplerName};
+use super::sampler::{Ctx, Sampler};
 use super::{zombies, Reading};
 use crate::discover::read_procs;
 use crate::error::ReadError;

@@ -1,7 +1,7 @@
 //! The `Sampler` contract and the samplers that wrap one reader each: a sampler owns its reader
 //! and its health, and `sample` adds its part to the tick. [`super::Samplers`] runs them in order.
 
-use super::health::SamplerHealth;
+use super::health::{SamplerHealth, SamplerName};
 use super::logs::LogTailer;
 use super::memory::MemoryReader;
 use super::net::sampler::NetSampler;
@@ -9,57 +9,6 @@ use super::oom::KmsgSource;
 use super::{Reading, TickSample};
 use crate::clock::Clock;
 use crate::discover::{CgroupLayout, Discovery, Inventory};
-
-/// The samplers by the names `sampler` labels and the snapshot give them, in that order (the
-/// catalog's `SAMPLERS` is [`SamplerName::NAMES`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum SamplerName {
-    Discovery,
-    Memory,
-    Processes,
-    Logs,
-    Sockets,
-    Conntrack,
-    Ports,
-    Kmsg,
-}
-
-impl SamplerName {
-    pub const ALL: [SamplerName; 8] = [
-        Self::Discovery,
-        Self::Memory,
-        Self::Processes,
-        Self::Logs,
-        Self::Sockets,
-        Self::Conntrack,
-        Self::Ports,
-        Self::Kmsg,
-    ];
-
-    /// `ALL` as strings.
-    pub const NAMES: [&'static str; 8] = {
-        let mut out = [""; 8];
-        let mut i = 0;
-        while i < out.len() {
-            out[i] = Self::ALL[i].as_str();
-            i += 1;
-        }
-        out
-    };
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Discovery => "discovery",
-            Self::Memory => "memory",
-            Self::Processes => "processes",
-            Self::Logs => "logs",
-            Self::Sockets => "sockets",
-            Self::Conntrack => "conntrack",
-            Self::Ports => "ports",
-            Self::Kmsg => "kmsg",
-        }
-    }
-}
 
 /// What a sampler reads besides its own reader: the clock, the layout, the tree discovery
 /// listed this tick, and the tick so far (the samplers before it have filled their parts).
@@ -317,20 +266,5 @@ impl Sampler for LogSampler {
         let (samples, errors) = tailer.sample_listed(ctx.discovery.pod_log_listing());
         self.health[0].finish(t, ctx.clock.now(), &errors, true);
         ctx.tick.logs = Some(samples);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_distinct_and_in_label_order() {
-        let mut sorted = SamplerName::ALL;
-        sorted.sort();
-        assert_eq!(sorted, SamplerName::ALL);
-        let set: std::collections::HashSet<_> = SamplerName::NAMES.iter().collect();
-        assert_eq!(set.len(), SamplerName::NAMES.len());
-        assert_eq!(SamplerName::NAMES[4], SamplerName::Sockets.as_str());
     }
 }

@@ -4,7 +4,7 @@
 use super::{names, Family, Label, Rows, Section, Type, Unit};
 use crate::error::ErrorKind;
 use crate::model::{Published, SamplerStatus};
-use crate::sample::sampler::SamplerName;
+use crate::sample::health::SamplerName;
 
 use Section::Agent as S;
 use Type::{Counter, Gauge};
