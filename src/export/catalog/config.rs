@@ -1,7 +1,7 @@
 //! The configuration in force and its reloads (`config::live`), read from the snapshot's
 //! `config`, which a reload republishes at once.
 
-use super::{Family, Label, Section, Type, Unit};
+use super::{Family, Label, Meta, Section, Type, Unit};
 use crate::model::Published;
 
 use Section::Agent as S;
@@ -9,58 +9,70 @@ use Type::{Counter, Gauge};
 
 pub const FAMILIES: &[Family<Published>] = &[
     Family {
-        name: "config_info",
-        ty: Gauge,
-        unit: None,
-        help: "The configuration in force: the first 16 hex digits of the SHA-256 of its text.",
-        labels: &[Label::free("hash")],
-        section: S,
+        meta: Meta {
+            name: "config_info",
+            ty: Gauge,
+            unit: None,
+            help: "The configuration in force: the first 16 hex digits of the SHA-256 of its text.",
+            labels: &[Label::free("hash")],
+            section: S,
+        },
         rows: |s, out| out.add(&[&s.config.hash], 1u64),
     },
     Family {
-        name: "config_reloads",
-        ty: Counter,
-        unit: None,
-        help: "Reloads that changed the configuration in force (SIGHUP or a change of the file).",
-        labels: &[],
-        section: S,
+        meta: Meta {
+            name: "config_reloads",
+            ty: Counter,
+            unit: None,
+            help: "Reloads that changed the configuration in force (SIGHUP or a change of the file).",
+            labels: &[],
+            section: S,
+        },
         rows: |s, out| out.add(&[], s.config.reloads_total),
     },
     Family {
-        name: "config_reload_failures",
-        ty: Counter,
-        unit: None,
-        help: "Reloads refused (invalid or unreadable file); the running configuration is kept.",
-        labels: &[],
-        section: S,
+        meta: Meta {
+            name: "config_reload_failures",
+            ty: Counter,
+            unit: None,
+            help: "Reloads refused (invalid or unreadable file); the running configuration is kept.",
+            labels: &[],
+            section: S,
+        },
         rows: |s, out| out.add(&[], s.config.reload_failures_total),
     },
     Family {
-        name: "config_last_reload_success",
-        ty: Gauge,
-        unit: None,
-        help: "1 when the last reload attempt succeeded (or none was made), 0 when it was refused.",
-        labels: &[],
-        section: S,
+        meta: Meta {
+            name: "config_last_reload_success",
+            ty: Gauge,
+            unit: None,
+            help: "1 when the last reload attempt succeeded (or none was made), 0 when it was refused.",
+            labels: &[],
+            section: S,
+        },
         rows: |s, out| out.add(&[], s.config.last_reload_ok),
     },
     Family {
-        name: "config_last_reload_success_timestamp_seconds",
-        ty: Gauge,
-        unit: Some(Unit::Seconds),
-        help: "Unix time the configuration in force was loaded (the start, or the last reload).",
-        labels: &[],
-        section: S,
+        meta: Meta {
+            name: "config_last_reload_success_timestamp_seconds",
+            ty: Gauge,
+            unit: Some(Unit::Seconds),
+            help: "Unix time the configuration in force was loaded (the start, or the last reload).",
+            labels: &[],
+            section: S,
+        },
         rows: |s, out| out.add(&[], s.config.loaded_at),
     },
     Family {
-        name: "config_restart_required",
-        ty: Gauge,
-        unit: None,
-        help:
-            "1 when the file changes keys that apply only at a restart (listen, http, paths, ...).",
-        labels: &[],
-        section: S,
+        meta: Meta {
+            name: "config_restart_required",
+            ty: Gauge,
+            unit: None,
+            help:
+                "1 when the file changes keys that apply only at a restart (listen, http, paths, ...).",
+            labels: &[],
+            section: S,
+        },
         rows: |s, out| out.add(&[], !s.config.restart_required.is_empty()),
     },
 ];

@@ -1,7 +1,7 @@
 //! What the readers hold or skipped (`sample/logs`, `sample/net/fdcache`, `discover`): bounds on
 //! untrusted trees made visible, and the workloads discovery found.
 
-use super::{names, Family, Label, Section, Type};
+use super::{names, Family, Label, Meta, Section, Type};
 use crate::model::{Kind, Published};
 
 use Section::Agent as S;
@@ -16,12 +16,14 @@ pub const TREES: [&str; 2] = ["cgroup", "logs"];
 
 pub const FAMILIES: &[Family<Published>] = &[
     Family {
-        name: "log_files_open",
-        ty: Gauge,
-        unit: None,
-        help: "Log files the tailer holds open.",
-        labels: &[],
-        section: S,
+        meta: Meta {
+            name: "log_files_open",
+            ty: Gauge,
+            unit: None,
+            help: "Log files the tailer holds open.",
+            labels: &[],
+            section: S,
+        },
         rows: |s, out| {
             if let Some(n) = s.inputs.log_files_open {
                 out.add(&[], n);
@@ -29,12 +31,14 @@ pub const FAMILIES: &[Family<Published>] = &[
         },
     },
     Family {
-        name: "log_files_skipped",
-        ty: Gauge,
-        unit: None,
-        help: "Entries of the pod log tree the last pass did not open, by reason.",
-        labels: &[Label::of("reason", || LOG_SKIP_REASONS.to_vec())],
-        section: S,
+        meta: Meta {
+            name: "log_files_skipped",
+            ty: Gauge,
+            unit: None,
+            help: "Entries of the pod log tree the last pass did not open, by reason.",
+            labels: &[Label::of("reason", || LOG_SKIP_REASONS.to_vec())],
+            section: S,
+        },
         rows: |s, out| {
             let i = &s.inputs;
             if i.log_files_open.is_some() {
@@ -50,12 +54,14 @@ pub const FAMILIES: &[Family<Published>] = &[
         },
     },
     Family {
-        name: "memory_files_open",
-        ty: Gauge,
-        unit: None,
-        help: "Cgroup memory files the memory sampler holds open.",
-        labels: &[],
-        section: S,
+        meta: Meta {
+            name: "memory_files_open",
+            ty: Gauge,
+            unit: None,
+            help: "Cgroup memory files the memory sampler holds open.",
+            labels: &[],
+            section: S,
+        },
         rows: |s, out| {
             if let Some(n) = s.inputs.memory_files_open {
                 out.add(&[], n);
@@ -63,12 +69,14 @@ pub const FAMILIES: &[Family<Published>] = &[
         },
     },
     Family {
-        name: "memory_files_unheld",
-        ty: Gauge,
-        unit: None,
-        help: "Memory files the last pass opened and closed again because the open-file cap was reached.",
-        labels: &[],
-        section: S,
+        meta: Meta {
+            name: "memory_files_unheld",
+            ty: Gauge,
+            unit: None,
+            help: "Memory files the last pass opened and closed again because the open-file cap was reached.",
+            labels: &[],
+            section: S,
+        },
         rows: |s, out| {
             if s.inputs.memory_files_open.is_some() {
                 out.add(&[], s.inputs.memory_files_unheld);
@@ -76,12 +84,14 @@ pub const FAMILIES: &[Family<Published>] = &[
         },
     },
     Family {
-        name: "socket_cache_entries",
-        ty: Gauge,
-        unit: None,
-        help: "Socket inodes the socket sampler's per-process cache holds.",
-        labels: &[],
-        section: S,
+        meta: Meta {
+            name: "socket_cache_entries",
+            ty: Gauge,
+            unit: None,
+            help: "Socket inodes the socket sampler's per-process cache holds.",
+            labels: &[],
+            section: S,
+        },
         rows: |s, out| {
             if let Some(n) = s.inputs.socket_cache_entries {
                 out.add(&[], n);
@@ -89,12 +99,14 @@ pub const FAMILIES: &[Family<Published>] = &[
         },
     },
     Family {
-        name: "socket_cache_overflows",
-        ty: Counter,
-        unit: None,
-        help: "Processes or sockets left uncached (walked again next tick) because the cache was full.",
-        labels: &[],
-        section: S,
+        meta: Meta {
+            name: "socket_cache_overflows",
+            ty: Counter,
+            unit: None,
+            help: "Processes or sockets left uncached (walked again next tick) because the cache was full.",
+            labels: &[],
+            section: S,
+        },
         rows: |s, out| {
             if s.inputs.socket_cache_entries.is_some() {
                 out.add(&[], s.inputs.socket_cache_overflows_total);
@@ -102,12 +114,14 @@ pub const FAMILIES: &[Family<Published>] = &[
         },
     },
     Family {
-        name: "socket_pids",
-        ty: Gauge,
-        unit: None,
-        help: "Processes whose fd table the socket sampler's last pass walked, or reused unchanged.",
-        labels: &[Label::of("pass", || SOCKET_PASSES.to_vec())],
-        section: S,
+        meta: Meta {
+            name: "socket_pids",
+            ty: Gauge,
+            unit: None,
+            help: "Processes whose fd table the socket sampler's last pass walked, or reused unchanged.",
+            labels: &[Label::of("pass", || SOCKET_PASSES.to_vec())],
+            section: S,
+        },
         rows: |s, out| {
             let i = &s.inputs;
             if i.socket_cache_entries.is_some() {
@@ -119,12 +133,14 @@ pub const FAMILIES: &[Family<Published>] = &[
         },
     },
     Family {
-        name: "discovery_non_utf8_names",
-        ty: Gauge,
-        unit: None,
-        help: "Names that are not UTF-8 in the last scan (kept under an escaped name).",
-        labels: &[Label::of("tree", || TREES.to_vec())],
-        section: S,
+        meta: Meta {
+            name: "discovery_non_utf8_names",
+            ty: Gauge,
+            unit: None,
+            help: "Names that are not UTF-8 in the last scan (kept under an escaped name).",
+            labels: &[Label::of("tree", || TREES.to_vec())],
+            section: S,
+        },
         rows: |s, out| {
             let by = [s.inputs.non_utf8_cgroups, s.inputs.non_utf8_log_names];
             for (t, n) in TREES.into_iter().zip(by) {
@@ -133,21 +149,25 @@ pub const FAMILIES: &[Family<Published>] = &[
         },
     },
     Family {
-        name: "discovery_skipped_cgroups",
-        ty: Gauge,
-        unit: None,
-        help: "Cgroups not walked: too deep or a path too long.",
-        labels: &[],
-        section: S,
+        meta: Meta {
+            name: "discovery_skipped_cgroups",
+            ty: Gauge,
+            unit: None,
+            help: "Cgroups not walked: too deep or a path too long.",
+            labels: &[],
+            section: S,
+        },
         rows: |s, out| out.add(&[], s.inputs.skipped_cgroups),
     },
     Family {
-        name: "workloads",
-        ty: Gauge,
-        unit: None,
-        help: "Workloads discovered, by kind.",
-        labels: &[Label::of("kind", || names(&Kind::ALL, |k| k.as_str()))],
-        section: Section::Workloads,
+        meta: Meta {
+            name: "workloads",
+            ty: Gauge,
+            unit: None,
+            help: "Workloads discovered, by kind.",
+            labels: &[Label::of("kind", || names(&Kind::ALL, |k| k.as_str()))],
+            section: Section::Workloads,
+        },
         rows: |s, out| {
             for k in Kind::ALL {
                 let n = s.workloads.iter().filter(|w| w.kind == k && w.cgroup.is_some());
