@@ -34,133 +34,113 @@ fn enabled<'a, V: Into<super::Num>>(
 }
 
 pub const FAMILIES: &[Family<Published>] = &[
-    Family {
-        meta: Meta {
-            name: "sampler_duration_seconds",
-            ty: Gauge,
-            unit: Some(Unit::Seconds),
-            help: "Duration of the sampler's last pass.",
-            labels: &[SAMPLER],
-            section: S,
-        },
-        rows: |s, out| enabled(s, out, |x| x.last_duration_seconds),
-    },
-    Family {
-        meta: Meta {
-            name: "sampler_cpu_seconds",
-            ty: Counter,
-            unit: Some(Unit::Seconds),
-            help: "CPU time (user+system) spent by each sampler, its helper threads included (per-thread clock).",
-            labels: &[SAMPLER],
-            section: S,
-        },
-        rows: |s, out| enabled(s, out, |x| x.cpu_seconds_total),
-    },
-    Family {
-        meta: Meta {
-            name: "sampler_fresh",
-            ty: Gauge,
-            unit: None,
-            help: "1 when the sampler succeeded within the last 3 intervals.",
-            labels: &[SAMPLER],
-            section: S,
-        },
-        rows: |s, out| enabled(s, out, |x| x.fresh),
-    },
-    Family {
-        meta: Meta {
-            name: "sampler_errors",
-            ty: Counter,
-            unit: None,
-            help: "Failed reads by sampler and kind.",
-            labels: &[SAMPLER, KIND],
-            section: S,
-        },
-        rows: |s, out| {
+    Meta {
+        name: "sampler_duration_seconds",
+        ty: Gauge,
+        unit: Some(Unit::Seconds),
+        help: "Duration of the sampler's last pass.",
+        labels: &[SAMPLER],
+        section: S,
+    }
+    .with_rows(|s, out| enabled(s, out, |x| x.last_duration_seconds)),
+    Meta {
+        name: "sampler_cpu_seconds",
+        ty: Counter,
+        unit: Some(Unit::Seconds),
+        help: "CPU time (user+system) spent by each sampler, its helper threads included (per-thread clock).",
+        labels: &[SAMPLER],
+        section: S,
+    }
+    .with_rows(|s, out| enabled(s, out, |x| x.cpu_seconds_total)),
+    Meta {
+        name: "sampler_fresh",
+        ty: Gauge,
+        unit: None,
+        help: "1 when the sampler succeeded within the last 3 intervals.",
+        labels: &[SAMPLER],
+        section: S,
+    }
+    .with_rows(|s, out| enabled(s, out, |x| x.fresh)),
+    Meta {
+        name: "sampler_errors",
+        ty: Counter,
+        unit: None,
+        help: "Failed reads by sampler and kind.",
+        labels: &[SAMPLER, KIND],
+        section: S,
+    }
+    .with_rows(|s, out| {
             for x in &s.samplers {
                 for k in ErrorKind::ALL.map(ErrorKind::as_str) {
                     let e = x.errors_total.iter().find(|(n, _)| n == k);
                     out.add(&[x.name, k], e.map_or(0, |e| e.1));
                 }
             }
-        },
-    },
-    Family {
-        meta: Meta {
-            name: "tick_duration_seconds",
-            ty: Gauge,
-            unit: Some(Unit::Seconds),
-            help: "Duration of the last whole sampling tick.",
-            labels: &[],
-            section: S,
-        },
-        rows: |s, out| out.add(&[], s.agent.tick_duration_seconds),
-    },
-    Family {
-        meta: Meta {
-            name: "ticks",
-            ty: Counter,
-            unit: None,
-            help: "Sampling ticks completed.",
-            labels: &[],
-            section: S,
-        },
-        rows: |s, out| out.add(&[], s.agent.ticks_total),
-    },
-    Family {
-        meta: Meta {
-            name: "process_resident_memory_bytes",
-            ty: Gauge,
-            unit: Some(Unit::Bytes),
-            help: "Resident memory of the agent.",
-            labels: &[],
-            section: S,
-        },
-        rows: |s, out| out.add(&[], s.agent.resident_memory_bytes),
-    },
-    Family {
-        meta: Meta {
-            name: "process_cpu_seconds",
-            ty: Counter,
-            unit: Some(Unit::Seconds),
-            help: "CPU time (user+system) used by the agent.",
-            labels: &[],
-            section: S,
-            // Omitted until a first good read: a 0 there would read as a counter reset.
-        },
-        rows: |s, out| {
+        }),
+    Meta {
+        name: "tick_duration_seconds",
+        ty: Gauge,
+        unit: Some(Unit::Seconds),
+        help: "Duration of the last whole sampling tick.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| out.add(&[], s.agent.tick_duration_seconds)),
+    Meta {
+        name: "ticks",
+        ty: Counter,
+        unit: None,
+        help: "Sampling ticks completed.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| out.add(&[], s.agent.ticks_total)),
+    Meta {
+        name: "process_resident_memory_bytes",
+        ty: Gauge,
+        unit: Some(Unit::Bytes),
+        help: "Resident memory of the agent.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| out.add(&[], s.agent.resident_memory_bytes)),
+    Meta {
+        name: "process_cpu_seconds",
+        ty: Counter,
+        unit: Some(Unit::Seconds),
+        help: "CPU time (user+system) used by the agent.",
+        labels: &[],
+        section: S,
+        // Omitted until a first good read: a 0 there would read as a counter reset.
+    }
+    .with_rows(|s, out| {
             if let Some(v) = s.agent.cpu_seconds_total {
                 out.add(&[], v);
             }
-        },
-    },
-    Family {
-        meta: Meta {
-            name: "process_open_fds",
-            ty: Gauge,
-            unit: None,
-            help: "Open file descriptors of the agent.",
-            labels: &[],
-            section: S,
-        },
-        rows: |s, out| out.add(&[], s.agent.open_fds),
-    },
-    Family {
-        meta: Meta {
-            name: "build_info",
-            ty: Gauge,
-            unit: None,
-            help: "Agent version, source revision and the cgroup layout it detected.",
-            labels: &[
-                Label::free("version"),
-                Label::free("revision"),
-                Label::of("cgroup_layout", || CGROUP_LAYOUTS.to_vec()),
-            ],
-            section: S,
-        },
-        rows: |s, out| {
+        }),
+    Meta {
+        name: "process_open_fds",
+        ty: Gauge,
+        unit: None,
+        help: "Open file descriptors of the agent.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| out.add(&[], s.agent.open_fds)),
+    Meta {
+        name: "build_info",
+        ty: Gauge,
+        unit: None,
+        help: "Agent version, source revision and the cgroup layout it detected.",
+        labels: &[
+            Label::free("version"),
+            Label::free("revision"),
+            Label::of("cgroup_layout", || CGROUP_LAYOUTS.to_vec()),
+        ],
+        section: S,
+    }
+    .with_rows(|s, out| {
             let version = env!("CARGO_PKG_VERSION");
             out.add(&[version, REVISION, &s.cgroup_layout], 1u64);
-        },
-    },
+        }),
 ];

@@ -207,6 +207,11 @@ impl<S> Family<S> {
 }
 
 impl Meta {
+    /// The family of this `Meta` whose samples `rows` takes from `S`.
+    pub const fn with_rows<S>(self, rows: for<'a> fn(&'a S, &mut Rows<'a>)) -> Family<S> {
+        Family { meta: self, rows }
+    }
+
     /// Where `node` goes among the declared labels: after the identity labels.
     pub(crate) fn node_at(&self) -> usize {
         self.labels
