@@ -3,13 +3,19 @@
 //! and the cost of rendering `/metrics` for 250 containers with every signal present (memory with
 //! limits, sockets by state, logs, zombies, pod netns totals, conntrack, a dump, node name).
 
+// The kubelet's names, shared with the test kit (the rest of the kit drives a real kernel).
+#[path = "../tests/common/kubelet.rs"]
+mod kubelet;
+
 use criterion::{criterion_group, criterion_main, Criterion};
+use kubelet::Driver;
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::config::Config;
 use nodeguard::export::metrics::{registry, render};
 use nodeguard::model::LineCounts;
 use nodeguard::model::PidsSample;
+use nodeguard::model::QosClass;
 use nodeguard::model::WorkloadId;
 use nodeguard::model::ZombieParent;
 use nodeguard::model::{
@@ -36,17 +42,19 @@ fn build_node(root: &Path) {
     let mut pid = 1000;
     for p in 0..PODS {
         let uid = format!("{p:08x}-0000-4000-8000-000000000000");
-        let pod_dir = cg.join(format!(
-            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
-            uid.replace('-', "_")
+        let pod_dir = cg.join(kubelet::pod_cgroup(
+            Driver::Systemd,
+            QosClass::Burstable,
+            &uid,
         ));
+        let (ns, pod) = (format!("ns{p}"), format!("pod{p}"));
         write(
             &pod_dir.join("memory.events"),
             "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
         );
         for c in 0..CONTAINERS_PER_POD {
             let id = format!("{p:032x}{c:032x}");
-            let dir = pod_dir.join(format!("cri-containerd-{id}.scope"));
+            let dir = pod_dir.join(kubelet::container_leaf(Driver::Systemd, &id));
             write(&dir.join("memory.current"), "157286400\n");
             write(&dir.join("memory.max"), "536870912\n");
             write(&dir.join("memory.stat"), "anon 104857600\nfile 52428800\nkernel 1048576\nactive_file 20000000\ninactive_file 32428800\n");
@@ -65,14 +73,19 @@ fn build_node(root: &Path) {
             }
             write(&dir.join("cgroup.procs"), &procs);
             let name = format!("c{c}");
-            let log = root.join(format!("var/log/pods/ns{p}_pod{p}_{uid}/{name}/0.log"));
-            let mut lines = String::new();
-            for i in 0..100 {
-                lines.push_str(&format!("2026-07-20T04:46:01.{i:09}Z stderr F line {i}\n"));
-            }
+            let log = root
+                .join("var/log/pods")
+                .join(kubelet::pod_log_dir(&ns, &pod, &uid))
+                .join(&name)
+                .join("0.log");
+            let lines: String = (0..100)
+                .map(|i| kubelet::cri_line(i, "stderr", &format!("line {i}")))
+                .collect();
             write(&log, &lines);
             write(
-                &root.join(format!("var/log/containers/pod{p}_ns{p}_{name}-{id}.log")),
+                &root
+                    .join("var/log/containers")
+                    .join(kubelet::container_log_link(&ns, &pod, &name, &id)),
                 "",
             );
         }

@@ -318,18 +318,13 @@ impl Agent {
             },
             kmsg: self.samplers.kmsg_status(),
             inputs: self.samplers.input_stats(),
-            samplers: self
-                .samplers
-                .health
-                .iter()
-                .map(|h| h.status(end, self.config.interval))
-                .collect(),
+            samplers: self.samplers.status(end, self.config.interval),
             agent: AgentStats {
                 ticks_total: self.ticks,
                 tick_duration_seconds: end.saturating_duration_since(t0).as_secs_f64(),
-                resident_memory_bytes: own.rss_bytes,
-                cpu_seconds_total: own.cpu_seconds,
-                open_fds: own.open_fds,
+                resident_memory_bytes: own.map_or(0, |o| o.rss_bytes),
+                cpu_seconds_total: own.map(|o| o.cpu_seconds),
+                open_fds: own.map_or(0, |o| o.open_fds),
                 start_time_seconds: self.started,
             },
             config: self.config_status.clone(),

@@ -9,11 +9,8 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use std::fmt;
 
-/// The source revision stamped at build time (`build.rs`), `unknown` without one.
-pub const REVISION: &str = match option_env!("NODEGUARD_REVISION") {
-    Some(r) if !r.is_empty() => r,
-    _ => "unknown",
-};
+/// The source revision, declared with the `build_info` family that exports it.
+pub use super::catalog::agent::REVISION;
 
 pub fn register(r: &mut Registry, shared: SharedSnapshot) {
     r.register_collector(Box::new(ConfigCollector { shared }));

@@ -1,8 +1,10 @@
 //! Bounds of the HTTP server: the per-connection timers (a socket wrapper), the descriptor
-//! reserve behind the connection cap, and the counters that show when a bound bites.
+//! reserve behind the connection cap, and the collector of the counters that show when a bound
+//! bites (`stats.rs`).
 
 use super::catalog;
 use super::metrics::{encode, latest, SharedSnapshot};
+pub use super::stats::{ServerStats, TimeoutReason};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
@@ -10,7 +12,6 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -26,90 +27,6 @@ const FD_SHARE_DIVISOR: u64 = 4;
 pub fn connection_cap(configured: usize, nofile_soft: u64) -> usize {
     let share = usize::try_from(nofile_soft / FD_SHARE_DIVISOR).unwrap_or(usize::MAX);
     configured.min(share).max(1)
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeoutReason {
-    /// The request head was not complete in time (hyper's header read timeout).
-    Header,
-    /// No byte received for the idle timeout, before or during a request.
-    Idle,
-    /// The response was not handed to the kernel in time (the peer does not read).
-    Write,
-}
-
-impl TimeoutReason {
-    pub const ALL: [TimeoutReason; 3] = [Self::Header, Self::Idle, Self::Write];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Header => "header",
-            Self::Idle => "idle",
-            Self::Write => "write",
-        }
-    }
-}
-
-impl fmt::Display for TimeoutReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Counters shared by the server (writer) and its collector (reader).
-#[derive(Debug, Default)]
-pub struct ServerStats {
-    open: AtomicU64,
-    max: AtomicU64,
-    rejected: AtomicU64,
-    accept_errors: AtomicU64,
-    timed_out: [AtomicU64; 3],
-}
-
-impl ServerStats {
-    pub fn open(&self) -> u64 {
-        self.open.load(Relaxed)
-    }
-    pub fn max(&self) -> u64 {
-        self.max.load(Relaxed)
-    }
-    pub fn rejected(&self) -> u64 {
-        self.rejected.load(Relaxed)
-    }
-    pub fn accept_errors(&self) -> u64 {
-        self.accept_errors.load(Relaxed)
-    }
-    pub fn timed_out(&self, r: TimeoutReason) -> u64 {
-        self.timed_out[r as usize].load(Relaxed)
-    }
-    pub(crate) fn set_max(&self, n: usize) {
-        self.max.store(n as u64, Relaxed);
-    }
-    pub(crate) fn count_rejected(&self) {
-        self.rejected.fetch_add(1, Relaxed);
-    }
-    pub(crate) fn count_accept_error(&self) {
-        self.accept_errors.fetch_add(1, Relaxed);
-    }
-    pub(crate) fn count_timeout(&self, r: TimeoutReason) {
-        self.timed_out[r as usize].fetch_add(1, Relaxed);
-    }
-}
-
-/// Counts one open connection for as long as it lives.
-pub(crate) struct OpenGuard(Arc<ServerStats>);
-
-impl OpenGuard {
-    pub(crate) fn new(stats: Arc<ServerStats>) -> Self {
-        stats.open.fetch_add(1, Relaxed);
-        OpenGuard(stats)
-    }
-}
-
-impl Drop for OpenGuard {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Relaxed);
-    }
 }
 
 // === impl Guarded ===

@@ -57,20 +57,21 @@ pub(crate) fn encode<S>(
     src: &S,
     node: &str,
 ) -> Result<(), Error> {
-    let mut rows = Rows::new(f.labels.len());
+    let meta = &f.meta;
+    let mut rows = Rows::new(meta.labels.len());
     (f.rows)(src, &mut rows);
-    let ty = match f.ty {
+    let ty = match meta.ty {
         Type::Gauge => MetricType::Gauge,
         Type::Counter => MetricType::Counter,
     };
-    let mut m = enc.encode_descriptor(f.name, f.help, None, ty)?;
-    let at = f.node_at();
+    let mut m = enc.encode_descriptor(meta.name, meta.help, None, ty)?;
+    let at = meta.node_at();
     let last = rows.len().saturating_sub(1);
-    let mut labels: Vec<(&str, &str)> = Vec::with_capacity(f.labels.len() + 1);
+    let mut labels: Vec<(&str, &str)> = Vec::with_capacity(meta.labels.len() + 1);
     for (i, (values, v)) in rows.iter().enumerate() {
         labels.clear();
         labels.extend(
-            f.labels[..at]
+            meta.labels[..at]
                 .iter()
                 .map(|l| l.name)
                 .zip(&values[..at])
@@ -80,7 +81,7 @@ pub(crate) fn encode<S>(
             labels.push(("node", node));
         }
         labels.extend(
-            f.labels[at..]
+            meta.labels[at..]
                 .iter()
                 .map(|l| l.name)
                 .zip(&values[at..])
@@ -88,9 +89,9 @@ pub(crate) fn encode<S>(
         );
         // A node-level series without labels is written bare, not as `name{}`.
         if labels.is_empty() && i == last {
-            return encode_value(f.ty, v, m);
+            return encode_value(meta.ty, v, m);
         }
-        encode_value(f.ty, v, m.encode_family(&labels)?)?;
+        encode_value(meta.ty, v, m.encode_family(&labels)?)?;
     }
     Ok(())
 }

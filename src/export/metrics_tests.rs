@@ -688,7 +688,7 @@ fn full_snapshot() -> Published {
         ticks_total: 12,
         tick_duration_seconds: 0.5,
         resident_memory_bytes: 1 << 24,
-        cpu_seconds_total: 3.25,
+        cpu_seconds_total: Some(3.25),
         open_fds: 40,
         start_time_seconds: 1.0,
     };
@@ -702,4 +702,27 @@ fn full_snapshot() -> Published {
         ..Default::default()
     };
     Published { observed: s, guard }
+}
+
+/// Before the agent's own `/proc` entry was read once there is no CPU figure: the series is left
+/// out rather than written as a 0 a later good read would turn into a counter reset.
+#[test]
+fn process_cpu_is_omitted_until_read() {
+    let sample_line = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("nodeguard_process_cpu_seconds_total"))
+            .map(str::to_owned)
+    };
+    let mut p = Published::default();
+    let text = rendered(&p);
+    assert!(
+        text.contains("# TYPE nodeguard_process_cpu_seconds counter"),
+        "{text}"
+    );
+    assert_eq!(sample_line(&text), None, "{text}");
+    p.observed.agent.cpu_seconds_total = Some(1.5);
+    assert_eq!(
+        sample_line(&rendered(&p)).as_deref(),
+        Some("nodeguard_process_cpu_seconds_total 1.5")
+    );
 }

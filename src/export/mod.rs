@@ -5,3 +5,4 @@ pub mod info;
 pub mod limits;
 pub mod metrics;
 pub mod server;
+pub mod stats;

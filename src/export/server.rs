@@ -1,8 +1,9 @@
 //! The HTTP endpoints. Every handler reads the last snapshot; none of them touches the kernel, so
 //! a scrape or a probe costs the same whatever the node is going through.
 
-use super::limits::{Guarded, OpenGuard, ServerStats, TimeoutReason};
+use super::limits::Guarded;
 use super::metrics::{latest, render, SharedSnapshot};
+use super::stats::{OpenGuard, ServerStats, TimeoutReason};
 use crate::config::Http;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};

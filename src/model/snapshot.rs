@@ -360,7 +360,9 @@ pub struct AgentStats {
     pub ticks_total: u64,
     pub tick_duration_seconds: f64,
     pub resident_memory_bytes: u64,
-    pub cpu_seconds_total: f64,
+    /// `None` until the agent's own `/proc` entry was read once (no 0 that would read as a
+    /// counter reset); afterwards a failed read keeps the last good value.
+    pub cpu_seconds_total: Option<f64>,
     pub open_fds: u64,
     pub start_time_seconds: f64,
 }

@@ -24,9 +24,60 @@ pub fn thread_cpu() -> Duration {
     )
 }
 
+/// The samplers by the names `sampler` labels and the snapshot give them, in that order (the
+/// catalog's `SAMPLERS` is [`SamplerName::NAMES`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SamplerName {
+    Discovery,
+    Memory,
+    Processes,
+    Logs,
+    Sockets,
+    Conntrack,
+    Ports,
+    Kmsg,
+}
+
+impl SamplerName {
+    pub const ALL: [SamplerName; 8] = [
+        Self::Discovery,
+        Self::Memory,
+        Self::Processes,
+        Self::Logs,
+        Self::Sockets,
+        Self::Conntrack,
+        Self::Ports,
+        Self::Kmsg,
+    ];
+
+    /// `ALL` as strings.
+    pub const NAMES: [&'static str; 8] = {
+        let mut out = [""; 8];
+        let mut i = 0;
+        while i < out.len() {
+            out[i] = Self::ALL[i].as_str();
+            i += 1;
+        }
+        out
+    };
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Discovery => "discovery",
+            Self::Memory => "memory",
+            Self::Processes => "processes",
+            Self::Logs => "logs",
+            Self::Sockets => "sockets",
+            Self::Conntrack => "conntrack",
+            Self::Ports => "ports",
+            Self::Kmsg => "kmsg",
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct SamplerHealth {
-    pub name: &'static str,
+    pub name: SamplerName,
     pub enabled: bool,
     last_ok: Option<Instant>,
     last_duration: Duration,
@@ -37,7 +88,7 @@ pub struct SamplerHealth {
 }
 
 impl SamplerHealth {
-    pub fn new(name: &'static str, enabled: bool) -> Self {
+    pub fn new(name: SamplerName, enabled: bool) -> Self {
         SamplerHealth {
             name,
             enabled,
@@ -60,12 +111,12 @@ impl SamplerHealth {
             *self.errors.entry(e.kind()).or_default() += 1;
             let path = e.path().to_path_buf();
             if !self.failing.contains(&path) {
-                tracing::warn!(sampler = self.name, kind = e.kind().as_str(), error = %e, "read failed; keeping last good value");
+                tracing::warn!(sampler = self.name.as_str(), kind = e.kind().as_str(), error = %e, "read failed; keeping last good value");
             }
             failing.insert(path);
         }
         for p in self.failing.difference(&failing) {
-            tracing::info!(sampler = self.name, path = %p.display(), "read recovered");
+            tracing::info!(sampler = self.name.as_str(), path = %p.display(), "read recovered");
         }
         self.failing = failing;
     }
@@ -78,7 +129,7 @@ impl SamplerHealth {
     pub fn status(&self, now: Instant, interval: Duration) -> SamplerStatus {
         let age = self.last_ok.map(|t| now.saturating_duration_since(t));
         SamplerStatus {
-            name: self.name,
+            name: self.name.as_str(),
             enabled: self.enabled,
             age_seconds: age.map(|a| a.as_secs_f64()),
             fresh: age.is_some_and(|a| a <= interval * 3),
@@ -107,7 +158,7 @@ mod tests {
         }
         let spent = thread_cpu().saturating_sub(t0);
         assert!(spent > Duration::ZERO, "{x}");
-        let mut h = SamplerHealth::new("sockets", true);
+        let mut h = SamplerHealth::new(SamplerName::Sockets, true);
         h.charge(Duration::from_millis(1500));
         h.charge(Duration::from_millis(250));
         let st = h.status(Instant::now(), Duration::from_secs(5));
@@ -118,7 +169,7 @@ mod tests {
     #[test]
     fn counts_errors_and_tracks_freshness() {
         let t0 = Instant::now();
-        let mut h = SamplerHealth::new("memory", true);
+        let mut h = SamplerHealth::new(SamplerName::Memory, true);
         let iv = Duration::from_secs(5);
         assert!(!h.status(t0, iv).fresh);
         let err = ReadError::parse(Path::new("/x"), crate::error::ParseError::new("bad"));
@@ -127,5 +178,15 @@ mod tests {
         assert!(s.fresh);
         assert_eq!(s.errors_total, vec![("parse".to_string(), 1)]);
         assert!(!h.status(t0 + Duration::from_secs(16), iv).fresh);
+    }
+
+    #[test]
+    fn names_are_distinct_and_in_label_order() {
+        let mut sorted = SamplerName::ALL;
+        sorted.sort();
+        assert_eq!(sorted, SamplerName::ALL);
+        let set: std::collections::HashSet<_> = SamplerName::NAMES.iter().collect();
+        assert_eq!(set.len(), SamplerName::NAMES.len());
+        assert_eq!(SamplerName::NAMES[4], SamplerName::Sockets.as_str());
     }
 }

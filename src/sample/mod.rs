@@ -8,23 +8,28 @@ pub mod memory;
 pub mod net;
 pub mod oom;
 pub mod pids;
+pub mod processes;
 pub mod procs;
+pub mod sampler;
 pub mod selfstat;
 pub mod zombies;
 
 use crate::clock::Clock;
-use crate::discover::{read_procs, CgroupLayout, Discovery, Inventory};
+use crate::discover::{CgroupLayout, Discovery, Inventory};
 use crate::error::ReadError;
-use crate::model::{NodePids, PidsSample};
+use crate::model::{NodePids, PidsSample, SamplerStatus};
 use health::{thread_cpu, SamplerHealth};
 use logs::{ContainerLogSample, LogTailer};
 use memory::{MemoryReader, MemorySample};
 use net::sampler::{NetSample, NetSampler};
 use oom::{KmsgSource, KmsgTick};
 use pids::PidsReader;
+use processes::ProcessSampler;
 use procs::{ProcSummary, ProcTable};
+use sampler::{Ctx, DiscoverySampler, KmsgSampler, LogSampler, MemorySampler, NetPass, Sampler};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// What one read of a workload's cgroup files gave this tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,31 +78,22 @@ pub struct TickSample {
     pub kmsg: Option<KmsgTick>,
 }
 
+/// The samplers, run in a fixed order each tick: discovery first (the others read its inventory
+/// and listings), memory, the kernel log (after the scan), processes (reusing discovery's
+/// `cgroup.procs` listings), the network pass (over the pids processes listed), logs (over the
+/// pod log root discovery listed).
 pub struct Samplers {
     clock: Arc<dyn Clock>,
     layout: CgroupLayout,
+    /// The tree, listed once per tick by the discovery sampler and read by the others.
     discovery: Discovery,
-    memory: Option<MemoryReader>,
-    procs: Option<ProcTable>,
-    pids: Option<PidsReader>,
-    logs: Option<LogTailer>,
-    net: NetSampler,
-    kmsg: Option<KmsgSource>,
-    last_inventory: Inventory,
-    zombies: zombies::ZombieTracker,
-    /// Live pid -> workload, kept between ticks for its allocation.
-    owner_of: HashMap<u32, usize>,
-    pub health: Vec<SamplerHealth>,
+    scan: DiscoverySampler,
+    memory: MemorySampler,
+    kmsg: KmsgSampler,
+    processes: ProcessSampler,
+    net: NetPass,
+    logs: LogSampler,
 }
-
-const DISCOVERY: usize = 0;
-const MEMORY: usize = 1;
-const PROCESSES: usize = 2;
-const LOGS: usize = 3;
-const SOCKETS: usize = 4;
-const CONNTRACK: usize = 5;
-const PORTS: usize = 6;
-const KMSG: usize = 7;
 
 impl Samplers {
     pub fn new(
@@ -109,54 +105,64 @@ impl Samplers {
         logs: Option<LogTailer>,
         net: NetSampler,
     ) -> Self {
-        let health = vec![
-            SamplerHealth::new("discovery", true),
-            SamplerHealth::new("memory", memory.is_some()),
-            SamplerHealth::new("processes", procs.is_some()),
-            SamplerHealth::new("logs", logs.is_some()),
-            SamplerHealth::new("sockets", net.sockets_enabled()),
-            SamplerHealth::new("conntrack", net.conntrack_enabled()),
-            SamplerHealth::new("ports", net.ports_enabled()),
-            SamplerHealth::new("kmsg", false),
-        ];
+        let net = NetPass::new(net);
         Samplers {
             clock,
             layout,
             discovery,
-            memory,
-            procs,
-            pids: None,
-            logs,
+            scan: DiscoverySampler::default(),
+            memory: MemorySampler::new(memory),
+            kmsg: KmsgSampler::new(None),
+            processes: ProcessSampler::new(procs, net.needs_pids()),
             net,
-            kmsg: None,
-            last_inventory: Inventory::default(),
-            zombies: zombies::ZombieTracker::default(),
-            owner_of: HashMap::new(),
-            health,
+            logs: LogSampler::new(logs),
         }
     }
 
     /// Reads each workload's pids controller and the node's task table with the process sampler.
     pub fn with_pids(mut self, pids: Option<PidsReader>) -> Self {
-        self.pids = pids;
+        self.processes.pids = pids;
         self
     }
 
     /// Reads OOM kills from the kernel log (`samplers.kmsg`).
     pub fn with_kmsg(mut self, kmsg: Option<KmsgSource>) -> Self {
-        self.health[KMSG].enabled = kmsg.is_some();
-        self.kmsg = kmsg;
+        self.kmsg = KmsgSampler::new(kmsg);
         self
+    }
+
+    /// Every sampler (in the order a tick runs them).
+    fn registry(&self) -> [&dyn Sampler; 6] {
+        [
+            &self.scan,
+            &self.memory,
+            &self.kmsg,
+            &self.processes,
+            &self.net,
+            &self.logs,
+        ]
+    }
+
+    /// Each sampler's health, in `SamplerName` order (the snapshot's and the labels').
+    pub fn status(&self, now: Instant, interval: Duration) -> Vec<SamplerStatus> {
+        let mut all: Vec<&SamplerHealth> = self
+            .registry()
+            .into_iter()
+            .flat_map(|s| s.health())
+            .collect();
+        all.sort_by_key(|h| h.name);
+        all.iter().map(|h| h.status(now, interval)).collect()
     }
 
     /// The kernel-log source's availability (with the network features in the snapshot).
     pub fn features(&self) -> Vec<crate::model::Feature> {
-        self.kmsg.iter().map(KmsgSource::feature).collect()
+        self.kmsg.source.iter().map(KmsgSource::feature).collect()
     }
 
     /// The kernel-log source's counters, while it reads.
     pub fn kmsg_status(&self) -> Option<crate::model::KmsgStatus> {
         self.kmsg
+            .source
             .as_ref()
             .filter(|k| k.feature().available)
             .map(KmsgSource::status)
@@ -165,9 +171,9 @@ impl Samplers {
     /// What discovery and the log tailer skipped or hold after their last pass.
     pub fn input_stats(&self) -> crate::model::InputStats {
         let d = self.discovery.stats();
-        let l = self.logs.as_ref().map(|t| t.stats());
-        let sc = self.net.socket_cache();
-        let m = self.memory.as_ref().map(MemoryReader::stats);
+        let l = self.logs.tailer.as_ref().map(|t| t.stats());
+        let sc = self.net.net.socket_cache();
+        let m = self.memory.reader.as_ref().map(MemoryReader::stats);
         crate::model::InputStats {
             non_utf8_cgroups: d.non_utf8_cgroups,
             non_utf8_log_names: d.non_utf8_log_names,
@@ -185,282 +191,41 @@ impl Samplers {
         }
     }
 
+    /// One tick: each sampler in turn, its thread CPU charged to it (the network pass charges
+    /// its own, helper threads included).
     pub fn sample(&mut self) -> TickSample {
-        let clock = self.clock.clone();
-        let t = clock.now();
-        let cpu = thread_cpu();
-        let inventory = match self.discovery.scan() {
-            Ok(inv) => {
-                self.health[DISCOVERY].finish(t, clock.now(), &[], true);
-                self.last_inventory = inv.clone();
-                inv
-            }
-            Err(e) => {
-                self.health[DISCOVERY].finish(t, clock.now(), &[e], false);
-                self.last_inventory.clone()
-            }
+        let mut tick = TickSample::default();
+        let Samplers {
+            clock,
+            layout,
+            discovery,
+            scan,
+            memory,
+            kmsg,
+            processes,
+            net,
+            logs,
+        } = self;
+        let mut ctx = Ctx {
+            clock: clock.as_ref(),
+            layout,
+            discovery,
+            tick: &mut tick,
         };
-        self.health[DISCOVERY].charge(thread_cpu().saturating_sub(cpu));
-        let mut tick = TickSample {
-            inventory,
-            ..TickSample::default()
-        };
-        let cpu = thread_cpu();
-        self.sample_memory(&mut tick);
-        let cpu = self.charge(MEMORY, cpu);
-        // After the scan: a record read now names a cgroup the scan saw, or one gone before it.
-        if let Some(k) = &mut self.kmsg {
-            let t = clock.now();
-            let mut errors = Vec::new();
-            tick.kmsg = k.pass(&tick.inventory, &self.discovery, &mut errors);
-            // Unavailable is the feature's state, not a stale sampler.
-            self.health[KMSG].finish(t, clock.now(), &errors, true);
-        }
-        let cpu = self.charge(KMSG, cpu);
-        self.sample_procs(&mut tick);
-        self.charge(PROCESSES, cpu);
-        // The net pass splits its own CPU (helper threads included) between its samplers.
-        self.sample_net(&mut tick);
-        if let Some(tailer) = &mut self.logs {
-            let t = clock.now();
+        let order: [&mut dyn Sampler; 6] = [scan, memory, kmsg, processes, net, logs];
+        for s in order {
             let cpu = thread_cpu();
-            let (samples, errors) = tailer.sample_listed(self.discovery.pod_log_listing());
-            self.health[LOGS].finish(t, clock.now(), &errors, true);
-            self.charge(LOGS, cpu);
-            tick.logs = Some(samples);
+            s.sample(&mut ctx);
+            if !s.charges_itself() {
+                let spent = thread_cpu().saturating_sub(cpu);
+                s.health_mut()[0].charge(spent);
+            }
         }
         tick
     }
 
-    /// Charges the thread's CPU since `since` to a sampler; returns the new reading.
-    fn charge(&mut self, sampler: usize, since: std::time::Duration) -> std::time::Duration {
-        let now = thread_cpu();
-        self.health[sampler].charge(now.saturating_sub(since));
-        now
-    }
-
-    fn sample_memory(&mut self, tick: &mut TickSample) {
-        let Some(reader) = &mut self.memory else {
-            tick.memory = tick
-                .inventory
-                .workloads
-                .iter()
-                .map(|_| Reading::Absent)
-                .collect();
-            return;
-        };
-        let t = self.clock.now();
-        let mut errors = Vec::new();
-        let d = &self.discovery;
-        reader.begin_pass();
-        for w in &tick.inventory.workloads {
-            let ino = d.cgroup_ino(&w.cgroup);
-            tick.memory
-                .push(Reading::of(reader.read(&w.cgroup, ino), &mut errors));
-        }
-        if self.layout.memory_is_v2() {
-            for p in &tick.inventory.pods {
-                let ino = d.cgroup_ino(&p.cgroup);
-                tick.pod_memory
-                    .push(reader.read(&p.cgroup, ino).unwrap_or_else(|e| {
-                        errors.push(e);
-                        None
-                    }));
-            }
-        }
-        reader.finish_pass();
-        self.health[MEMORY].finish(t, self.clock.now(), &errors, true);
-    }
-
-    /// Lists each workload's pids and reads its pids controller, then finds the zombies: where
-    /// the controller's count shows none that are not already known, no /proc read at all
-    /// (`zombies.rs`).
-    fn sample_procs(&mut self, tick: &mut TickSample) {
-        let needed =
-            self.procs.is_some() || self.net.sockets_enabled() || self.net.conntrack_enabled();
-        if !needed {
-            return;
-        }
-        let t = self.clock.now();
-        let primary = self.layout.primary();
-        let mut errors: Vec<ReadError> = Vec::new();
-        let mut owner_of = std::mem::take(&mut self.owner_of);
-        owner_of.clear();
-        let mut summaries: HashMap<usize, ProcSummary> = HashMap::new();
-        let mut listed = self.discovery.take_listed();
-        let track = self.procs.as_ref().is_some_and(ProcTable::has_children);
-        let mut measures = Vec::new();
-        let mut buf = Vec::new();
-        for (i, w) in tick.inventory.workloads.iter().enumerate() {
-            let mut pids = Vec::new();
-            for rel in &w.subtree {
-                match listed
-                    .remove(rel)
-                    .map_or_else(|| read_procs(&primary, rel), Ok)
-                {
-                    Ok(p) => pids.extend(p),
-                    Err(e) => errors.push(e),
-                }
-            }
-            // After the listing: a fork in between can only make a spurious difference.
-            if let Some(reader) = &self.pids {
-                let (sample, m) = measure(reader, w, pids.len(), track, &mut buf, &mut errors);
-                tick.pids_controller.push(sample);
-                measures.push(m);
-            }
-            owner_of.extend(pids.iter().map(|&p| (p, i)));
-            summaries.entry(i).or_default().processes = pids.len() as u64;
-            tick.pids.push(pids);
-        }
-        if let Some(reader) = &self.pids {
-            match reader.read_node() {
-                Ok(v) => tick.node_pids = v,
-                Err(e) => errors.push(e),
-            }
-        }
-        let Some(table) = &self.procs else {
-            self.owner_of = owner_of;
-            return;
-        };
-        let workloads = &tick.inventory.workloads;
-        let input = zombies::TickInput {
-            workloads,
-            owner_of: &owner_of,
-            measures: (self.pids.is_some() && track).then_some(measures.as_slice()),
-            has_unified: self.layout.unified().is_some(),
-        };
-        let pids_reader = self.pids.as_ref();
-        let remeasure = |i: usize, errors: &mut Vec<ReadError>| {
-            let w = &workloads[i];
-            let mut n = 0;
-            for rel in &w.subtree {
-                match read_procs(&primary, rel) {
-                    Ok(p) => n += p.len(),
-                    Err(e) => errors.push(e),
-                }
-            }
-            match pids_reader {
-                Some(r) => measure(r, w, n, true, &mut Vec::new(), errors).1,
-                None => zombies::Measure::default(),
-            }
-        };
-        match self.zombies.tick(table, &input, remeasure, &mut errors) {
-            Ok(zombies) => {
-                for (i, z) in zombies {
-                    let s = summaries.entry(i).or_default();
-                    s.zombies = z.zombies;
-                    s.zombie_parents = z.zombie_parents;
-                }
-                self.health[PROCESSES].finish(t, self.clock.now(), &errors, true);
-                tick.procs = Some(summaries);
-            }
-            Err(e) => {
-                errors.push(e);
-                self.health[PROCESSES].finish(t, self.clock.now(), &errors, false);
-            }
-        }
-        self.owner_of = owner_of;
-    }
-
     /// What the zombie tracker did at the last tick (tests).
     pub fn zombie_work(&self) -> zombies::TickWork {
-        self.zombies.last
+        self.processes.zombies.last
     }
-
-    fn sample_net(&mut self, tick: &mut TickSample) {
-        if !self.net.sockets_enabled() && !self.net.conntrack_enabled() {
-            return;
-        }
-        let t = self.clock.now();
-        let (mut sock_errors, mut ct_errors) = (Vec::new(), Vec::new());
-        let mut net = self.net.sample(
-            &tick.inventory,
-            &tick.pids,
-            &mut sock_errors,
-            &mut ct_errors,
-        );
-        let end = self.clock.now();
-        if self.net.sockets_enabled() {
-            self.health[SOCKETS].finish(t, end, &sock_errors, true);
-        }
-        if self.net.conntrack_enabled() {
-            self.health[CONNTRACK].finish(t, end, &ct_errors, true);
-        }
-        // Only ticks that read a namespace make a ports pass; an idle tick is a fresh one too.
-        self.health[SOCKETS].charge(net.cpu.sockets);
-        self.health[CONNTRACK].charge(net.cpu.conntrack);
-        self.health[PORTS].charge(net.cpu.ports);
-        if self.net.ports_enabled() {
-            let (took, errors) = net.ports_pass.take().unwrap_or_default();
-            self.health[PORTS].finish(end.checked_sub(took).unwrap_or(end), end, &errors, true);
-        }
-        tick.net = Some(net);
-    }
-}
-
-/// Workload `w`'s pids controller (reported) and the tracker's measure: `pids.current` after the
-/// listing of `procs` processes, and where that shows more tasks (threads or zombies), the live
-/// threads and `pids.current` once more (the larger reading counts).
-fn measure(
-    reader: &PidsReader,
-    w: &crate::discover::Workload,
-    procs: usize,
-    track: bool,
-    buf: &mut Vec<u8>,
-    errors: &mut Vec<ReadError>,
-) -> (Reading<PidsSample>, zombies::Measure) {
-    let mut m = zombies::Measure::default();
-    let dir = match reader.open(&w.cgroup) {
-        Ok(Some(d)) => d,
-        Ok(None) => return (Reading::Absent, m),
-        Err(e) => {
-            errors.push(e);
-            return (Reading::Failed, m);
-        }
-    };
-    let sample = match dir.sample(buf) {
-        Ok(s) => s,
-        Err(e) => {
-            errors.push(e);
-            return (Reading::Failed, m);
-        }
-    };
-    let Some(first) = sample else {
-        return (Reading::Absent, m);
-    };
-    m.current = Some(first.current);
-    m.live = procs;
-    if !track || first.current <= procs as u64 {
-        return (Reading::Read(first), m);
-    }
-    let mut listed = true;
-    for (k, rel) in w.subtree.iter().enumerate() {
-        let read = if k == 0 {
-            dir.threads(buf, &mut m.tids)
-        } else {
-            match reader.open(rel) {
-                Ok(Some(d)) => d.threads(buf, &mut m.tids),
-                Ok(None) => Ok(false),
-                Err(e) => Err(e),
-            }
-        };
-        match read {
-            Ok(true) => {}
-            Ok(false) => listed = listed && k > 0,
-            Err(e) => {
-                errors.push(e);
-                listed = false;
-            }
-        }
-    }
-    m.live = m.tids.len();
-    match dir.current(buf) {
-        Ok(Some(again)) if listed => m.current = Some(first.current.max(again)),
-        Ok(_) => m.current = None,
-        Err(e) => {
-            errors.push(e);
-            m.current = None;
-        }
-    }
-    (Reading::Read(first), m)
 }

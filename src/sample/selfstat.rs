@@ -16,8 +16,10 @@ pub struct SelfStat {
 pub struct SelfReader {
     dir: PathBuf,
     ticks_per_second: f64,
-    /// The last good reading: a failed read repeats it (a CPU counter must never go back to 0).
-    last: SelfStat,
+    /// The last good reading: a failed read repeats it (a CPU counter must never go back to 0);
+    /// `None` before the first good one (nothing to report rather than a 0 that would read as
+    /// a counter reset once a read succeeds).
+    last: Option<SelfStat>,
     failing: bool,
 }
 
@@ -48,7 +50,7 @@ impl SelfReader {
         SelfReader {
             dir: proc_root.join(std::process::id().to_string()),
             ticks_per_second: tps as f64,
-            last: SelfStat::default(),
+            last: None,
             failing: false,
         }
     }
@@ -73,15 +75,16 @@ impl SelfReader {
         }))
     }
 
-    /// This tick's reading, or the last good one when it cannot be read (logged once).
-    pub fn sample(&mut self) -> SelfStat {
+    /// This tick's reading, or the last good one when it cannot be read (logged once); `None`
+    /// until a read succeeds.
+    pub fn sample(&mut self) -> Option<SelfStat> {
         match self.read() {
             Ok(Some(s)) => {
                 if self.failing {
                     tracing::info!("own /proc entry readable again");
                 }
                 self.failing = false;
-                self.last = s;
+                self.last = Some(s);
             }
             Ok(None) => {}
             Err(e) => {
@@ -121,11 +124,36 @@ mod tests {
         std::fs::write(own.join("stat"), &stat).unwrap();
         std::fs::write(own.join("status"), "VmRSS:\t 100 kB\n").unwrap();
         let mut r = SelfReader::new(dir.path().to_path_buf());
-        let first = r.sample();
+        let first = r.sample().expect("read");
         assert_eq!(first.rss_bytes, 102_400);
         assert_eq!(first.open_fds, 1);
         assert!(first.cpu_seconds > 0.0);
         std::fs::write(own.join("stat"), "garbage").unwrap();
-        assert_eq!(r.sample(), first, "no counter reset on a failed read");
+        assert_eq!(r.sample(), Some(first), "no counter reset on a failed read");
+    }
+
+    #[test]
+    fn nothing_is_reported_until_a_read_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let own = dir.path().join(std::process::id().to_string());
+        std::fs::create_dir_all(own.join("fd")).unwrap();
+        std::fs::write(own.join("stat"), "garbage").unwrap();
+        std::fs::write(own.join("status"), "VmRSS:\t 100 kB\n").unwrap();
+        let mut r = SelfReader::new(dir.path().to_path_buf());
+        assert_eq!(r.sample(), None, "a failed first read is no 0");
+        let stat = format!(
+            "{} (nodeguard) S 1 1 1 0 -1 0 0 0 0 0 250 50 0 0 20 0 4 0 100 1000 10 0",
+            std::process::id()
+        );
+        std::fs::write(own.join("stat"), &stat).unwrap();
+        let good = r.sample().expect("read");
+        assert!(good.cpu_seconds > 0.0);
+        std::fs::remove_file(own.join("stat")).unwrap();
+        std::fs::write(own.join("status"), "no rss").unwrap();
+        assert_eq!(
+            r.sample(),
+            Some(good),
+            "gone or unparsable later: the last good values"
+        );
     }
 }

@@ -517,6 +517,9 @@ fn sockets_of(tick: &TickSample, idxs: Option<&[usize]>) -> Option<Held<SocketCo
 }
 
 #[cfg(test)]
+mod update_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::discover::{Inventory, PodCgroup, Workload};

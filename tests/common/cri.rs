@@ -342,10 +342,14 @@ impl Containerd {
             )
             .container_id;
         let log = dir.join(format!("{attempt}.log"));
-        let link = node.container_logs().join(format!(
-            "{}_{}_{}-{}.log",
-            pod.pod.name, pod.pod.namespace, name, id
-        ));
+        let link = node
+            .container_logs()
+            .join(crate::common::kubelet::container_log_link(
+                &pod.pod.namespace,
+                &pod.pod.name,
+                name,
+                &id,
+            ));
         std::os::unix::fs::symlink(&log, &link).expect("container log link");
         self.call(
             "StartContainer",

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod kubelet;
 pub mod net;
 pub mod snap;
 
@@ -24,11 +25,7 @@ pub const TESTLOAD: &str = env!("CARGO_BIN_EXE_nodeguard-testload");
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Driver {
-    Systemd,
-    Cgroupfs,
-}
+pub use kubelet::Driver;
 
 #[derive(Debug, Clone)]
 pub struct Pod {
@@ -315,18 +312,7 @@ impl TestNode {
             SEQ.fetch_add(1, Ordering::SeqCst),
             self.created.len()
         );
-        let cgroup = match (driver, qos) {
-            (Driver::Cgroupfs, QosClass::Guaranteed) => format!("kubepods/pod{uid}"),
-            (Driver::Cgroupfs, q) => format!("kubepods/{}/pod{uid}", q.as_str()),
-            (Driver::Systemd, QosClass::Guaranteed) => {
-                format!("kubepods.slice/kubepods-pod{}.slice", uid.replace('-', "_"))
-            }
-            (Driver::Systemd, q) => format!(
-                "kubepods.slice/kubepods-{q}.slice/kubepods-{q}-pod{}.slice",
-                uid.replace('-', "_"),
-                q = q.as_str()
-            ),
-        };
+        let cgroup = kubelet::pod_cgroup(driver, qos, &uid);
         self.mkdir(&cgroup);
         self.delegate(&cgroup);
         let pod = Pod {
@@ -342,7 +328,7 @@ impl TestNode {
 
     pub fn pod_log_dir(&self, pod: &Pod) -> PathBuf {
         self.pod_logs()
-            .join(format!("{}_{}_{}", pod.namespace, pod.name, pod.uid))
+            .join(kubelet::pod_log_dir(&pod.namespace, &pod.name, &pod.uid))
     }
 
     /// A container cgroup plus its kubelet log file `<restart>.log` and `/var/log/containers` link.
@@ -356,9 +342,11 @@ impl TestNode {
             .append(true)
             .open(&log)
             .expect("log file");
-        let link = self.container_logs().join(format!(
-            "{}_{}_{}-{}.log",
-            pod.name, pod.namespace, name, c.id
+        let link = self.container_logs().join(kubelet::container_log_link(
+            &pod.namespace,
+            &pod.name,
+            name,
+            &c.id,
         ));
         std::os::unix::fs::symlink(&log, link).expect("container log link");
         c
@@ -373,10 +361,7 @@ impl TestNode {
             restart,
             self.created.len()
         );
-        let leaf = match pod.driver {
-            Driver::Cgroupfs => id.clone(),
-            Driver::Systemd => format!("cri-containerd-{id}.scope"),
-        };
+        let leaf = kubelet::container_leaf(pod.driver, &id);
         let cgroup = format!("{}/{leaf}", pod.cgroup);
         self.mkdir(&cgroup);
         Container {
@@ -402,8 +387,10 @@ impl TestNode {
             .expect("open log");
         let mut buf = String::new();
         for i in 0..n {
-            buf.push_str(&format!(
-                "2026-07-20T04:46:01.{i:09}Z {stream} F connect ETIMEDOUT 203.0.113.7:443 attempt {i}\n"
+            buf.push_str(&kubelet::cri_line(
+                i,
+                stream,
+                &format!("connect ETIMEDOUT 203.0.113.7:443 attempt {i}"),
             ));
         }
         f.write_all(buf.as_bytes()).expect("write log");

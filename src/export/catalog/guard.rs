@@ -1,7 +1,9 @@
 //! The guard (`rule`, `action`): breakers, pending rules, actions and their outcomes, and the
 //! state file that makes holds survive a restart.
 
-use super::{names, Family, Label, Rows, Section, Type, Unit, CONTAINER, NAMESPACE, POD, RULE};
+use super::{
+    names, Family, Label, Meta, Rows, Section, Type, Unit, CONTAINER, NAMESPACE, POD, RULE,
+};
 use crate::action::Outcome;
 use crate::model::ActionKind;
 use crate::model::{BreakerView, GuardStatus, Published};
@@ -43,125 +45,125 @@ fn node<'a, V: Into<super::Num>>(s: &'a Published, out: &mut Rows<'a>, v: fn(&Gu
 }
 
 pub const FAMILIES: &[Family<Published>] = &[
-    Family {
+    Meta {
         name: "breaker_open",
         ty: Gauge,
         unit: None,
         help: "1 while a breaker is open or half-open for the workload and rule.",
         labels: &BREAKER,
         section: S,
-        rows: |s, out| breakers(s, out, |_| Some(1u64)),
-    },
-    Family {
+    }
+    .with_rows(|s, out| breakers(s, out, |_| Some(1u64))),
+    Meta {
         name: "breaker_half_open",
         ty: Gauge,
         unit: None,
         help: "1 while the breaker is in probation after its hold.",
         labels: &BREAKER,
         section: S,
-        rows: |s, out| breakers(s, out, |b| Some(b.state == "half_open")),
-    },
-    Family {
+    }
+    .with_rows(|s, out| breakers(s, out, |b| Some(b.state == "half_open"))),
+    Meta {
         name: "breaker_hold_remaining_seconds",
         ty: Gauge,
         unit: Some(Unit::Seconds),
         help: "Seconds left in the hold; absent while held until a new revision.",
         labels: &BREAKER,
         section: S,
-        rows: |s, out| breakers(s, out, |b| b.hold_remaining_seconds),
-    },
-    Family {
+    }
+    .with_rows(|s, out| breakers(s, out, |b| b.hold_remaining_seconds)),
+    Meta {
         name: "breaker_trips",
         ty: Counter,
         unit: None,
         help: "Times the breaker tripped.",
         labels: &BREAKER,
         section: S,
-        rows: |s, out| breakers(s, out, |b| Some(b.trips_total)),
-    },
-    Family {
+    }
+    .with_rows(|s, out| breakers(s, out, |b| Some(b.trips_total))),
+    Meta {
         name: "would_act",
         ty: Gauge,
         unit: None,
         help: "Dry run: 1 while a breaker would be holding the workload with this action.",
         labels: &WOULD_ACT,
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             for b in s.guard.iter().flat_map(|g| &g.breakers).filter(|b| b.would_act) {
                 let [ns, pod, c, rule] = breaker(b);
                 out.add(&[ns, pod, c, rule, b.action], 1u64);
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "rule_pending_seconds",
         ty: Gauge,
         unit: Some(Unit::Seconds),
         help: "How long the rule's threshold has held so far on the target.",
         labels: &BREAKER,
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             for p in s.guard.iter().flat_map(|g| &g.pending) {
                 out.add(&[&p.namespace, &p.pod, &p.container, &p.rule], p.seconds);
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "actions",
         ty: Counter,
         unit: None,
         help: "Actions taken (or, dry run, decided) by rule, action and outcome.",
         labels: &ACTIONS,
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             for (rule, action, outcome, n) in s.guard.iter().flat_map(|g| &g.actions) {
                 out.add(&[rule, action, outcome], *n);
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "dry_run",
         ty: Gauge,
         unit: None,
         help: "1 when the guard only reports what it would do.",
         labels: &[],
         section: S,
-        rows: |s, out| node(s, out, |g| g.dry_run),
-    },
-    Family {
+    }
+    .with_rows(|s, out| node(s, out, |g| g.dry_run)),
+    Meta {
         name: "guard_state_durable",
         ty: Gauge,
         unit: None,
         help: "1 while the last write of the breaker state file succeeded; no new hold is applied at 0.",
         labels: &[],
         section: S,
-        rows: |s, out| node(s, out, |g| g.state_durable),
-    },
-    Family {
+    }
+    .with_rows(|s, out| node(s, out, |g| g.state_durable)),
+    Meta {
         name: "guard_state_write_failures",
         ty: Counter,
         unit: None,
         help: "Writes of the breaker state file that failed.",
         labels: &[],
         section: S,
-        rows: |s, out| node(s, out, |g| g.state_write_failures_total),
-    },
-    Family {
+    }
+    .with_rows(|s, out| node(s, out, |g| g.state_write_failures_total)),
+    Meta {
         name: "guard_state_quarantined",
         ty: Gauge,
         unit: None,
         help: "1 when the state file found at start was unreadable and was kept aside.",
         labels: &[],
         section: S,
-        rows: |s, out| node(s, out, |g| g.state_quarantined.is_some()),
-    },
-    Family {
+    }
+    .with_rows(|s, out| node(s, out, |g| g.state_quarantined.is_some())),
+    Meta {
         name: "guard_thaws_pending",
         ty: Gauge,
         unit: None,
         help: "Cgroups the agent froze whose thaw failed; retried every tick.",
         labels: &[],
         section: S,
-        rows: |s, out| node(s, out, |g| g.thaws_pending),
-    },
+    }
+    .with_rows(|s, out| node(s, out, |g| g.thaws_pending)),
 ];

@@ -1,7 +1,7 @@
 //! What the readers hold or skipped (`sample/logs`, `sample/net/fdcache`, `discover`): bounds on
 //! untrusted trees made visible, and the workloads discovery found.
 
-use super::{names, Family, Label, Section, Type};
+use super::{names, Family, Label, Meta, Section, Type};
 use crate::model::{Kind, Published};
 
 use Section::Agent as S;
@@ -15,27 +15,28 @@ pub const SOCKET_PASSES: [&str; 2] = ["walked", "reused"];
 pub const TREES: [&str; 2] = ["cgroup", "logs"];
 
 pub const FAMILIES: &[Family<Published>] = &[
-    Family {
+    Meta {
         name: "log_files_open",
         ty: Gauge,
         unit: None,
         help: "Log files the tailer holds open.",
         labels: &[],
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             if let Some(n) = s.inputs.log_files_open {
                 out.add(&[], n);
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "log_files_skipped",
         ty: Gauge,
         unit: None,
         help: "Entries of the pod log tree the last pass did not open, by reason.",
         labels: &[Label::of("reason", || LOG_SKIP_REASONS.to_vec())],
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             let i = &s.inputs;
             if i.log_files_open.is_some() {
                 let by = [
@@ -47,68 +48,68 @@ pub const FAMILIES: &[Family<Published>] = &[
                     out.add(&[r], n);
                 }
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "memory_files_open",
         ty: Gauge,
         unit: None,
         help: "Cgroup memory files the memory sampler holds open.",
         labels: &[],
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             if let Some(n) = s.inputs.memory_files_open {
                 out.add(&[], n);
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "memory_files_unheld",
         ty: Gauge,
         unit: None,
         help: "Memory files the last pass opened and closed again because the open-file cap was reached.",
         labels: &[],
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             if s.inputs.memory_files_open.is_some() {
                 out.add(&[], s.inputs.memory_files_unheld);
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "socket_cache_entries",
         ty: Gauge,
         unit: None,
         help: "Socket inodes the socket sampler's per-process cache holds.",
         labels: &[],
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             if let Some(n) = s.inputs.socket_cache_entries {
                 out.add(&[], n);
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "socket_cache_overflows",
         ty: Counter,
         unit: None,
         help: "Processes or sockets left uncached (walked again next tick) because the cache was full.",
         labels: &[],
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             if s.inputs.socket_cache_entries.is_some() {
                 out.add(&[], s.inputs.socket_cache_overflows_total);
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "socket_pids",
         ty: Gauge,
         unit: None,
         help: "Processes whose fd table the socket sampler's last pass walked, or reused unchanged.",
         labels: &[Label::of("pass", || SOCKET_PASSES.to_vec())],
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             let i = &s.inputs;
             if i.socket_cache_entries.is_some() {
                 let by = [i.socket_pids_walked, i.socket_pids_reused];
@@ -116,43 +117,42 @@ pub const FAMILIES: &[Family<Published>] = &[
                     out.add(&[p], n);
                 }
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "discovery_non_utf8_names",
         ty: Gauge,
         unit: None,
         help: "Names that are not UTF-8 in the last scan (kept under an escaped name).",
         labels: &[Label::of("tree", || TREES.to_vec())],
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             let by = [s.inputs.non_utf8_cgroups, s.inputs.non_utf8_log_names];
             for (t, n) in TREES.into_iter().zip(by) {
                 out.add(&[t], n);
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "discovery_skipped_cgroups",
         ty: Gauge,
         unit: None,
         help: "Cgroups not walked: too deep or a path too long.",
         labels: &[],
         section: S,
-        rows: |s, out| out.add(&[], s.inputs.skipped_cgroups),
-    },
-    Family {
+    }
+    .with_rows(|s, out| out.add(&[], s.inputs.skipped_cgroups)),
+    Meta {
         name: "workloads",
         ty: Gauge,
         unit: None,
         help: "Workloads discovered, by kind.",
         labels: &[Label::of("kind", || names(&Kind::ALL, |k| k.as_str()))],
         section: Section::Workloads,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             for k in Kind::ALL {
                 let n = s.workloads.iter().filter(|w| w.kind == k && w.cgroup.is_some());
                 out.add(&[k.as_str()], n.count());
             }
-        },
-    },
+        }),
 ];

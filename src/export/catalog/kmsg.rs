@@ -1,7 +1,7 @@
 //! The kernel-log OOM reader (`sample/kmsg`, `sample/oom`): records read, how `oom-kill:`
 //! records were attributed, and the bounds that bit.
 
-use super::{Family, Label, Rows, Section, Type};
+use super::{Family, Label, Meta, Rows, Section, Type};
 use crate::model::{KmsgStatus, Published};
 
 use Section::Agent as S;
@@ -18,23 +18,24 @@ fn node<'a>(s: &'a Published, out: &mut Rows<'a>, v: fn(&KmsgStatus) -> u64) {
 }
 
 pub const FAMILIES: &[Family<Published>] = &[
-    Family {
+    Meta {
         name: "kmsg_records",
         ty: Counter,
         unit: None,
         help: "Kernel log records read (samplers.kmsg).",
         labels: &[],
         section: S,
-        rows: |s, out| node(s, out, |k| k.records_total),
-    },
-    Family {
+    }
+    .with_rows(|s, out| node(s, out, |k| k.records_total)),
+    Meta {
         name: "kmsg_oom_records",
         ty: Counter,
         unit: None,
         help: "Kernel oom-kill: records in the discovery scopes: credited to a workload (container), naming none (unattributed), cut short (truncated); suppressed: records the kernel's rate limit dropped, node-wide.",
         labels: &[Label::of("result", || OOM_RESULTS.to_vec())],
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             if let Some(k) = &s.kmsg {
                 let by = [
                     k.oom_attributed_total,
@@ -46,42 +47,41 @@ pub const FAMILIES: &[Family<Published>] = &[
                     out.add(&[r], v);
                 }
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "kmsg_overruns",
         ty: Counter,
         unit: None,
         help: "Kernel log ring overruns (EPIPE): records overwritten before they were read.",
         labels: &[],
         section: S,
-        rows: |s, out| node(s, out, |k| k.overruns_total),
-    },
-    Family {
+    }
+    .with_rows(|s, out| node(s, out, |k| k.overruns_total)),
+    Meta {
         name: "kmsg_read_limited",
         ty: Counter,
         unit: None,
         help: "Ticks whose kernel log pass stopped at samplers.kmsg.max_records_per_tick.",
         labels: &[],
         section: S,
-        rows: |s, out| node(s, out, |k| k.read_limited_total),
-    },
-    Family {
+    }
+    .with_rows(|s, out| node(s, out, |k| k.read_limited_total)),
+    Meta {
         name: "kmsg_remembered_cgroups",
         ty: Gauge,
         unit: None,
         help: "Cgroup paths of recent workloads kept to attribute OOM kills after the cgroup is gone.",
         labels: &[],
         section: S,
-        rows: |s, out| node(s, out, |k| k.remembered_cgroups),
-    },
-    Family {
+    }
+    .with_rows(|s, out| node(s, out, |k| k.remembered_cgroups)),
+    Meta {
         name: "kmsg_remembered_evicted",
         ty: Counter,
         unit: None,
         help: "Remembered cgroup paths dropped at the bound (16,384) before their time.",
         labels: &[],
         section: S,
-        rows: |s, out| node(s, out, |k| k.remembered_evicted_total),
-    },
+    }
+    .with_rows(|s, out| node(s, out, |k| k.remembered_evicted_total)),
 ];

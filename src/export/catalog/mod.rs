@@ -19,7 +19,7 @@ pub mod kmsg;
 pub mod network;
 pub mod workloads;
 
-use crate::export::limits::ServerStats;
+use crate::export::stats::ServerStats;
 use crate::model::Published;
 
 pub const PREFIX: &str = "nodeguard";
@@ -182,21 +182,16 @@ impl<'a> Rows<'a> {
     }
 }
 
-/// One metric family and where its samples come from in `S`.
+/// One metric family: what it is, and where its samples come from in `S`.
 pub struct Family<S> {
-    /// As registered: without the `nodeguard_` prefix, and a counter without `_total`.
-    pub name: &'static str,
-    pub ty: Type,
-    pub unit: Option<Unit>,
-    pub help: &'static str,
-    pub labels: &'static [Label],
-    pub section: Section,
+    pub meta: Meta,
     pub rows: for<'a> fn(&'a S, &mut Rows<'a>),
 }
 
 /// What a family is, whatever its source.
 #[derive(Debug, Clone, Copy)]
 pub struct Meta {
+    /// As registered: without the `nodeguard_` prefix, and a counter without `_total`.
     pub name: &'static str,
     pub ty: Type,
     pub unit: Option<Unit>,
@@ -207,14 +202,14 @@ pub struct Meta {
 
 impl<S> Family<S> {
     pub fn meta(&self) -> Meta {
-        Meta {
-            name: self.name,
-            ty: self.ty,
-            unit: self.unit,
-            help: self.help,
-            labels: self.labels,
-            section: self.section,
-        }
+        self.meta
+    }
+}
+
+impl Meta {
+    /// The family of this `Meta` whose samples `rows` takes from `S`.
+    pub const fn with_rows<S>(self, rows: for<'a> fn(&'a S, &mut Rows<'a>)) -> Family<S> {
+        Family { meta: self, rows }
     }
 
     /// Where `node` goes among the declared labels: after the identity labels.
@@ -224,9 +219,7 @@ impl<S> Family<S> {
             .take_while(|l| matches!(l.name, "namespace" | "pod" | "container"))
             .count()
     }
-}
 
-impl Meta {
     /// The name a query uses: `nodeguard_<name>`, `_total` after a counter's.
     pub fn exposed_name(&self) -> String {
         match self.ty {

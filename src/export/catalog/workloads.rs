@@ -1,7 +1,7 @@
 //! Per-workload and per-pod signals (`signal` over `sample`): memory, OOM kills, processes, pids,
 //! zombies, log lines, restarts, staleness, sockets.
 
-use super::{names, Family, Label, Rows, Section, Type, Unit, CONTAINER_ID, POD_ID};
+use super::{names, Family, Label, Meta, Rows, Section, Type, Unit, CONTAINER_ID, POD_ID};
 use crate::model::{Kind, PodSignals, Published, WorkloadSignals};
 use crate::model::{LineCounts, Stream};
 use std::collections::BTreeMap;
@@ -75,142 +75,143 @@ fn log_lines<'a>(
 }
 
 pub const FAMILIES: &[Family<Published>] = &[
-    Family {
+    Meta {
         name: "container_memory_working_set_bytes",
         ty: Gauge,
         unit: Some(Unit::Bytes),
         help: "Memory usage minus inactive file cache (cAdvisor's working set).",
         labels: &CONTAINER_ID,
         section: S,
-        rows: |s, out| each(s, out, |w| Some(w.memory?.value.working_set_bytes)),
-    },
-    Family {
+    }
+    .with_rows(|s, out| each(s, out, |w| Some(w.memory?.value.working_set_bytes))),
+    Meta {
         name: "container_memory_usage_bytes",
         ty: Gauge,
         unit: Some(Unit::Bytes),
         help: "Memory charged to the cgroup, page cache included.",
         labels: &CONTAINER_ID,
         section: S,
-        rows: |s, out| each(s, out, |w| Some(w.memory?.value.usage_bytes)),
-    },
-    Family {
+    }
+    .with_rows(|s, out| each(s, out, |w| Some(w.memory?.value.usage_bytes))),
+    Meta {
         name: "container_memory_limit_bytes",
         ty: Gauge,
         unit: Some(Unit::Bytes),
         help: "Memory limit of the cgroup; no series when unlimited.",
         labels: &CONTAINER_ID,
         section: S,
-        rows: |s, out| each(s, out, |w| w.memory?.value.limit_bytes),
-    },
-    Family {
+    }
+    .with_rows(|s, out| each(s, out, |w| w.memory?.value.limit_bytes)),
+    Meta {
         name: "container_oom_kills",
         ty: Counter,
         unit: None,
         help: "OOM kills in the workload, kept across container restarts.",
         labels: &CONTAINER_ID,
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             each(s, out, |w| {
                 (w.cgroup.is_some() || w.oom_kills_total > 0).then_some(w.oom_kills_total)
             })
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "container_processes",
         ty: Gauge,
         unit: None,
         help: "Processes in the workload's cgroup(s).",
         labels: &CONTAINER_ID,
         section: S,
-        rows: |s, out| each(s, out, |w| Some(w.processes?.value)),
-    },
-    Family {
+    }
+    .with_rows(|s, out| each(s, out, |w| Some(w.processes?.value))),
+    Meta {
         name: "container_pids",
         ty: Gauge,
         unit: None,
         help: "Tasks in the workload's pids controller (pids.current): threads and zombies.",
         labels: &CONTAINER_ID,
         section: S,
-        rows: |s, out| each(s, out, |w| Some(w.pids?.value.current)),
-    },
-    Family {
+    }
+    .with_rows(|s, out| each(s, out, |w| Some(w.pids?.value.current))),
+    Meta {
         name: "container_pids_limit",
         ty: Gauge,
         unit: None,
         help: "pids.max of the workload; no series when unlimited.",
         labels: &CONTAINER_ID,
         section: S,
-        rows: |s, out| each(s, out, |w| w.pids?.value.limit),
-    },
-    Family {
+    }
+    .with_rows(|s, out| each(s, out, |w| w.pids?.value.limit)),
+    Meta {
         name: "container_memory_full_in_seconds",
         ty: Gauge,
         unit: Some(Unit::Seconds),
         help: "Seconds until the working set reaches the limit at the recent trend; no series while not growing.",
         labels: &CONTAINER_ID,
         section: S,
-        rows: |s, out| each(s, out, |w| w.memory_full_in_seconds),
-    },
-    Family {
+    }
+    .with_rows(|s, out| each(s, out, |w| w.memory_full_in_seconds)),
+    Meta {
         name: "container_zombies",
         ty: Gauge,
         unit: None,
         help: "Zombie processes whose parent is in the workload.",
         labels: &CONTAINER_ID,
         section: S,
-        rows: |s, out| each(s, out, |w| Some(w.zombies?.value)),
-    },
-    Family {
+    }
+    .with_rows(|s, out| each(s, out, |w| Some(w.zombies?.value))),
+    Meta {
         name: "container_zombie_parent_zombies",
         ty: Gauge,
         unit: None,
         help: "Zombies held by the workload's non-reaping parents of this comm.",
         labels: &PARENT_COMM,
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             for w in &s.workloads {
                 let [ns, pod, c] = id(w);
                 for (comm, n) in zombies_by_parent_comm(w) {
                     out.add(&[ns, pod, c, comm], n);
                 }
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "container_log_lines",
         ty: Counter,
         unit: None,
         help: "Log lines written by the container, by stream, from the CRI log files.",
         labels: &STREAM,
         section: S,
-        rows: |s, out| log_lines(s, out, |w| &w.log_lines_total),
-    },
-    Family {
+    }
+    .with_rows(|s, out| log_lines(s, out, |w| &w.log_lines_total)),
+    Meta {
         name: "container_log_lines_per_minute",
         ty: Gauge,
         unit: None,
         help: "Log lines written in the trailing 60 seconds, by stream.",
         labels: &STREAM,
         section: S,
-        rows: |s, out| log_lines(s, out, |w| &w.log_lines_per_minute),
-    },
-    Family {
+    }
+    .with_rows(|s, out| log_lines(s, out, |w| &w.log_lines_per_minute)),
+    Meta {
         name: "container_restarts",
         ty: Counter,
         unit: None,
         help: "Container restarts seen from new container ids and kubelet log numbers.",
         labels: &CONTAINER_ID,
         section: S,
-        rows: |s, out| each(s, out, |w| (w.kind == Kind::Container).then_some(w.restarts_total)),
-    },
-    Family {
+    }
+    .with_rows(|s, out| each(s, out, |w| (w.kind == Kind::Container).then_some(w.restarts_total))),
+    Meta {
         name: "container_signal_stale",
         ty: Gauge,
         unit: None,
         help: "1 when the signal's last read failed and the exported value is the last good one.",
         labels: &SIGNAL,
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             for w in &s.workloads {
                 let [ns, pod, c] = id(w);
                 let stale = [
@@ -222,31 +223,31 @@ pub const FAMILIES: &[Family<Published>] = &[
                     out.add(&[ns, pod, c, signal], 1u64);
                 }
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "pod_oom_kills",
         ty: Counter,
         unit: None,
         help: "OOM kills in the pod cgroup, counted hierarchically (v2 only).",
         labels: &POD_ID,
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             for p in &s.pods {
                 if let Some(v) = p.oom_kills_total {
                     out.add(&pod_id(p), v);
                 }
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "container_sockets",
         ty: Gauge,
         unit: None,
         help: "TCP/UDP sockets held by the container's own file descriptors.",
         labels: &PROTOCOL,
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             for w in &s.workloads {
                 let [ns, pod, c] = id(w);
                 if let Some(h) = &w.sockets {
@@ -256,16 +257,16 @@ pub const FAMILIES: &[Family<Published>] = &[
                     }
                 }
             }
-        },
-    },
-    Family {
+        }),
+    Meta {
         name: "container_tcp_sockets",
         ty: Gauge,
         unit: None,
         help: "TCP sockets held by the container, by state.",
         labels: &STATE,
         section: S,
-        rows: |s, out| {
+    }
+    .with_rows(|s, out| {
             for w in &s.workloads {
                 let [ns, pod, c] = id(w);
                 if let Some(h) = &w.sockets {
@@ -274,6 +275,5 @@ pub const FAMILIES: &[Family<Published>] = &[
                     }
                 }
             }
-        },
-    },
+        }),
 ];

@@ -1,0 +1,375 @@
+//! `Tracker::update` through its public API: hand-built ticks on a paused clock, what it derives.
+
+use super::Tracker;
+use crate::clock::{Clock, ManualClock};
+use crate::discover::{Inventory, PodCgroup, Workload, WorkloadKind};
+use crate::model::{
+    Held, Kind, LineCounts, MemoryValues, PidsSample, PodSignals, QosClass, WorkloadId,
+    WorkloadSignals,
+};
+use crate::sample::logs::ContainerLogSample;
+use crate::sample::memory::MemorySample;
+use crate::sample::procs::ProcSummary;
+use crate::sample::{Reading, TickSample};
+use std::collections::HashMap;
+use std::time::Duration;
+
+const TICK: Duration = Duration::from_secs(5);
+
+fn id(container: &str) -> WorkloadId {
+    WorkloadId::container("shop", "web-0", container)
+}
+
+/// Container `container` of pod `web-0` (uid `u`), running as `instance`.
+fn container(container: &str, instance: &str) -> Workload {
+    Workload {
+        id: id(container),
+        kind: WorkloadKind::Container {
+            pod_uid: "u".into(),
+            container_id: instance.into(),
+            qos: QosClass::Burstable,
+        },
+        cgroup: format!("/kubepods/burstable/podu/{instance}"),
+        subtree: vec![],
+    }
+}
+
+fn pod() -> PodCgroup {
+    PodCgroup {
+        namespace: "shop".into(),
+        pod: "web-0".into(),
+        uid: "u".into(),
+        qos: QosClass::Burstable,
+        cgroup: "/kubepods/burstable/podu".into(),
+    }
+}
+
+fn mem(usage_bytes: u64, oom_kills: u64) -> MemorySample {
+    MemorySample {
+        usage_bytes,
+        working_set_bytes: usage_bytes / 2,
+        limit_bytes: Some(1 << 30),
+        oom_kills,
+    }
+}
+
+/// A tick of `workloads` in pod `u`, each with the memory reading beside it.
+fn tick(workloads: Vec<(Workload, Reading<MemorySample>)>) -> TickSample {
+    let (workloads, memory) = workloads.into_iter().unzip();
+    TickSample {
+        inventory: Inventory {
+            workloads,
+            pods: vec![pod()],
+            sandboxes: 0,
+        },
+        memory,
+        ..TickSample::default()
+    }
+}
+
+fn log(container: &str, stdout: u64, stderr: u64, restart: Option<u32>) -> ContainerLogSample {
+    ContainerLogSample {
+        id: id(container),
+        pod_uid: "u".into(),
+        new_lines: LineCounts {
+            stdout,
+            stderr,
+            malformed: 0,
+        },
+        backlog_lines: LineCounts::default(),
+        max_restart_number: restart,
+    }
+}
+
+fn find<'a>(out: &'a [WorkloadSignals], container: &str) -> &'a WorkloadSignals {
+    out.iter()
+        .find(|w| w.id.container == container)
+        .unwrap_or_else(|| panic!("{container} not in {out:?}"))
+}
+
+#[test]
+fn a_new_workload_is_exported_with_what_its_tick_read() {
+    let clock = ManualClock::default();
+    let mut tr = Tracker::new();
+    let (out, pods) = tr.update(
+        clock.now(),
+        &tick(vec![(container("app", "aaaa"), Reading::Read(mem(100, 0)))]),
+    );
+    assert_eq!(out.len(), 1);
+    let w = &out[0];
+    assert_eq!(w.id, id("app"));
+    assert_eq!(w.kind, Kind::Container);
+    assert_eq!(w.qos, Some(QosClass::Burstable));
+    assert_eq!(w.pod_uid.as_deref(), Some("u"));
+    assert_eq!(w.container_id.as_deref(), Some("aaaa"));
+    assert_eq!(w.cgroup.as_deref(), Some("/kubepods/burstable/podu/aaaa"));
+    assert_eq!(
+        w.memory,
+        Some(Held {
+            value: MemoryValues {
+                usage_bytes: 100,
+                working_set_bytes: 50,
+                limit_bytes: Some(1 << 30),
+            },
+            stale: false,
+        })
+    );
+    // Its first sight is no restart and no kill; no process sampler ran, no pids controller.
+    assert_eq!((w.oom_kills_total, w.restarts_total), (0, 0));
+    assert_eq!((w.processes, w.zombies, w.pids), (None, None, None));
+    assert_eq!(w.log_lines_total, LineCounts::default());
+    assert_eq!(pods.len(), 1);
+    assert_eq!((pods[0].uid.as_str(), pods[0].pod.as_str()), ("u", "web-0"));
+}
+
+#[test]
+fn a_vanished_workload_and_pod_leave_the_output() {
+    let clock = ManualClock::default();
+    let mut tr = Tracker::new();
+    let both = tick(vec![
+        (container("app", "aaaa"), Reading::Read(mem(100, 0))),
+        (container("side", "bbbb"), Reading::Read(mem(10, 0))),
+    ]);
+    let (out, _) = tr.update(clock.now(), &both);
+    assert_eq!(out.len(), 2);
+    clock.advance(TICK);
+    let (out, _) = tr.update(
+        clock.now(),
+        &tick(vec![(container("app", "aaaa"), Reading::Read(mem(100, 0)))]),
+    );
+    let names: Vec<&str> = out.iter().map(|w| w.id.container.as_str()).collect();
+    assert_eq!(names, ["app"], "no cgroup, no log, no kill: not exported");
+    clock.advance(TICK);
+    let (out, pods) = tr.update(clock.now(), &TickSample::default());
+    assert!(out.is_empty(), "{out:?}");
+    assert!(pods.is_empty(), "{pods:?}");
+}
+
+#[test]
+fn oom_kills_carry_across_ticks_and_a_new_instance() {
+    let clock = ManualClock::default();
+    let mut tr = Tracker::new();
+    let app =
+        |inst: &str, ooms: u64| tick(vec![(container("app", inst), Reading::Read(mem(1, ooms)))]);
+    let mut totals = Vec::new();
+    // A cgroup's own count at first sight is its kills; 2 more; a new instance (a restart)
+    // counts from its own zero; an unchanged count adds nothing.
+    for t in [
+        app("aaaa", 3),
+        app("aaaa", 5),
+        app("bbbb", 1),
+        app("bbbb", 1),
+    ] {
+        let (out, _) = tr.update(clock.now(), &t);
+        let w = find(&out, "app");
+        totals.push((w.oom_kills_total, w.restarts_total));
+        clock.advance(TICK);
+    }
+    assert_eq!(totals, [(3, 0), (5, 0), (6, 1), (6, 1)]);
+}
+
+#[test]
+fn log_lines_and_restarts_carry_across_ticks_and_a_gap_in_the_cgroup() {
+    let clock = ManualClock::default();
+    let mut tr = Tracker::new();
+    let with_logs = |inst: Option<&str>, l: ContainerLogSample| {
+        let mut t = tick(
+            inst.map(|i| (container("app", i), Reading::Read(mem(1, 0))))
+                .into_iter()
+                .collect(),
+        );
+        t.logs = Some(vec![l]);
+        t
+    };
+    let (out, _) = tr.update(
+        clock.now(),
+        &with_logs(Some("aaaa"), log("app", 5, 1, Some(0))),
+    );
+    assert_eq!(find(&out, "app").log_lines_total.stdout, 5);
+    clock.advance(TICK);
+    // Between two instances: only the log is there, and kubelet's next `1.log`.
+    let (out, _) = tr.update(clock.now(), &with_logs(None, log("app", 3, 0, Some(1))));
+    let w = find(&out, "app");
+    assert_eq!((w.log_lines_total.stdout, w.log_lines_total.stderr), (8, 1));
+    assert_eq!((w.cgroup.as_deref(), w.restarts_total), (None, 1));
+    clock.advance(TICK);
+    // The new instance is that same restart, not a second one.
+    let (out, _) = tr.update(
+        clock.now(),
+        &with_logs(Some("bbbb"), log("app", 2, 0, Some(1))),
+    );
+    let w = find(&out, "app");
+    assert_eq!(w.log_lines_total.stdout, 10);
+    assert_eq!(w.restarts_total, 1);
+    assert_eq!(
+        w.log_lines_per_minute.stdout, 10,
+        "all within the trailing minute"
+    );
+    clock.advance(Duration::from_secs(61));
+    let (out, _) = tr.update(
+        clock.now(),
+        &with_logs(Some("bbbb"), log("app", 0, 0, Some(1))),
+    );
+    let w = find(&out, "app");
+    assert_eq!(
+        (w.log_lines_total.stdout, w.log_lines_per_minute.stdout),
+        (10, 0)
+    );
+}
+
+#[test]
+fn a_failed_reading_keeps_the_last_good_value_marked_stale() {
+    let clock = ManualClock::default();
+    let mut tr = Tracker::new();
+    let app = |m: Reading<MemorySample>, p: Reading<PidsSample>| {
+        let mut t = tick(vec![(container("app", "aaaa"), m)]);
+        t.pids_controller = vec![p];
+        t
+    };
+    let pids = |current| PidsSample {
+        current,
+        limit: Some(100),
+    };
+    let (out, _) = tr.update(
+        clock.now(),
+        &app(Reading::Read(mem(100, 1)), Reading::Read(pids(7))),
+    );
+    let w = find(&out, "app");
+    assert_eq!(
+        w.memory.map(|m| (m.value.usage_bytes, m.stale)),
+        Some((100, false))
+    );
+    assert_eq!(
+        w.pids,
+        Some(Held {
+            value: pids(7),
+            stale: false
+        })
+    );
+    clock.advance(TICK);
+    let (out, _) = tr.update(clock.now(), &app(Reading::Failed, Reading::Failed));
+    let w = find(&out, "app");
+    assert_eq!(
+        w.memory.map(|m| (m.value.usage_bytes, m.stale)),
+        Some((100, true))
+    );
+    assert_eq!(
+        w.pids,
+        Some(Held {
+            value: pids(7),
+            stale: true
+        })
+    );
+    assert_eq!(
+        w.memory_full_in_seconds, None,
+        "no projection from a stale value"
+    );
+    clock.advance(TICK);
+    // Readable again: the kill counted before the failure is not counted twice (1 + 1, not 1 + 2).
+    let (out, _) = tr.update(
+        clock.now(),
+        &app(Reading::Read(mem(200, 2)), Reading::Read(pids(9))),
+    );
+    let w = find(&out, "app");
+    assert_eq!(
+        w.memory.map(|m| (m.value.usage_bytes, m.stale)),
+        Some((200, false))
+    );
+    assert_eq!(
+        w.pids,
+        Some(Held {
+            value: pids(9),
+            stale: false
+        })
+    );
+    assert_eq!(w.oom_kills_total, 2);
+    // The process sampler off or failed as a whole: its last summary, stale.
+    let mut t = app(Reading::Read(mem(200, 2)), Reading::Read(pids(9)));
+    t.procs = Some(HashMap::from([(
+        0,
+        ProcSummary {
+            processes: 4,
+            ..ProcSummary::default()
+        },
+    )]));
+    clock.advance(TICK);
+    let (out, _) = tr.update(clock.now(), &t);
+    assert_eq!(
+        find(&out, "app").processes,
+        Some(Held {
+            value: 4,
+            stale: false
+        })
+    );
+    t.procs = None;
+    clock.advance(TICK);
+    let (out, _) = tr.update(clock.now(), &t);
+    assert_eq!(
+        find(&out, "app").processes,
+        Some(Held {
+            value: 4,
+            stale: true
+        })
+    );
+}
+
+#[test]
+fn a_pod_and_the_instances_of_one_identity_aggregate() {
+    let clock = ManualClock::default();
+    let mut tr = Tracker::new();
+    // During a restart the old and the new instance of `app` coexist: one identity, summed.
+    let mut t = tick(vec![
+        (container("app", "aaaa"), Reading::Read(mem(100, 0))),
+        (container("app", "bbbb"), Reading::Read(mem(300, 0))),
+        (container("side", "cccc"), Reading::Read(mem(10, 0))),
+    ]);
+    t.pod_memory = vec![Some(mem(410, 0))];
+    let summary = |processes| ProcSummary {
+        processes,
+        ..ProcSummary::default()
+    };
+    t.procs = Some(HashMap::from([
+        (0, summary(2)),
+        (1, summary(3)),
+        (2, summary(1)),
+    ]));
+    // Two log dirs of one name (a pod recreated under it): summed too.
+    t.logs = Some(vec![log("app", 4, 0, None), log("app", 6, 0, None)]);
+    let (out, pods) = tr.update(clock.now(), &t);
+    assert_eq!(out.len(), 2, "{out:?}");
+    let app = find(&out, "app");
+    assert_eq!(app.processes.map(|p| p.value), Some(5));
+    assert_eq!(app.log_lines_total.stdout, 10);
+    assert_eq!(
+        app.container_id.as_deref(),
+        Some("bbbb"),
+        "the newest instance"
+    );
+    assert_eq!(app.memory.map(|m| m.value.usage_bytes), Some(300));
+    assert_eq!(find(&out, "side").processes.map(|p| p.value), Some(1));
+    let want = |oom| PodSignals {
+        namespace: "shop".into(),
+        pod: "web-0".into(),
+        uid: "u".into(),
+        oom_kills_total: Some(oom),
+        host_network: None,
+        netns_conntrack_entries: None,
+        host_conntrack_entries: None,
+        netns_sockets: None,
+        addresses: vec![],
+        ephemeral_ports: None,
+    };
+    assert_eq!(pods, [want(0)]);
+    // A kill only the pod's hierarchical counter saw: credited to the one container that
+    // restarted in the pod this tick (no kernel log).
+    clock.advance(TICK);
+    let mut t = tick(vec![
+        (container("app", "dddd"), Reading::Read(mem(100, 0))),
+        (container("side", "cccc"), Reading::Read(mem(10, 0))),
+    ]);
+    t.pod_memory = vec![Some(mem(110, 1))];
+    let (out, pods) = tr.update(clock.now(), &t);
+    assert_eq!(pods, [want(1)]);
+    assert_eq!(find(&out, "app").oom_kills_total, 1);
+    assert_eq!(find(&out, "side").oom_kills_total, 0);
+}
