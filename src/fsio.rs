@@ -85,7 +85,7 @@ pub fn count_fds(fd_dir: &Path) -> io::Result<u64> {
     let sized = nix::sys::statfs::fstatfs(&dir)
         .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC);
     if sized {
-        let st = nix::sys::stat::fstat(&dir)?;
+        let st = nix::sys::stat::fstat(dir.as_raw_fd())?;
         if st.st_size > 0 {
             return Ok(st.st_size as u64);
         }
