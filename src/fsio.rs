@@ -75,6 +75,26 @@ pub fn open_dir(path: &Path) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// The number of open descriptors of a process, from its `/proc/<pid>/fd`: one open, `fstat` and
+/// close where procfs gives the count as the directory's size (Linux 6.2+), instead of listing
+/// one entry per descriptor (the agent holds thousands on a big node; procfs builds a dentry for
+/// each listed one). Either way the directory's own descriptor, open while it is read, is counted.
+/// Elsewhere (older kernels, a fixture tree) the directory is listed.
+pub fn count_fds(fd_dir: &Path) -> io::Result<u64> {
+    let dir = open_dir(fd_dir)?;
+    let sized = nix::sys::statfs::fstatfs(&dir)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC);
+    if sized {
+        let st = nix::sys::stat::fstat(dir.as_raw_fd())?;
+        if st.st_size > 0 {
+            return Ok(st.st_size as u64);
+        }
+    }
+    let mut n = 0u64;
+    list_into(dir, |_, _, _| n += 1)?;
+    Ok(n)
+}
+
 const OPENAT2_UNKNOWN: u8 = 0;
 const OPENAT2_YES: u8 = 1;
 const OPENAT2_NO: u8 = 2;
@@ -416,6 +436,24 @@ mod tests {
                 assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{rel}");
             }
         }
+    }
+
+    /// Sized (procfs) or listed (a fixture), the count is the listing's: on /proc both count
+    /// the reading descriptor; other tests' threads open and close files, so retried until two
+    /// readings agree.
+    #[test]
+    fn fd_count_is_the_listings() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in ["0", "1", "2"] {
+            std::fs::write(dir.path().join(n), "").unwrap();
+        }
+        assert_eq!(count_fds(dir.path()).unwrap(), 3);
+        let own = Path::new("/proc/self/fd");
+        let agreed = (0..50).any(|_| {
+            let listed = std::fs::read_dir(own).unwrap().count() as u64;
+            count_fds(own).unwrap() == listed
+        });
+        assert!(agreed, "count_fds disagrees with a listing of {own:?}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::fmt::Error;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// The snapshot shared between the tick loop (writer) and scrapes (readers).
@@ -27,9 +28,15 @@ pub fn registry(shared: SharedSnapshot) -> Registry {
     r
 }
 
+/// The length of the last rendering: the next one is allocated at its size once, not grown by
+/// doubling from 64 KiB (430 KB at 110 pods: three reallocations and copies).
+static LAST_LEN: AtomicUsize = AtomicUsize::new(64 * 1024);
+
 pub fn render(registry: &Registry) -> Result<String, Error> {
-    let mut out = String::with_capacity(64 * 1024);
+    let hint = LAST_LEN.load(Ordering::Relaxed);
+    let mut out = String::with_capacity(hint + hint / 16);
     prometheus_client::encoding::text::encode(&mut out, registry)?;
+    LAST_LEN.store(out.len(), Ordering::Relaxed);
     Ok(out)
 }
 

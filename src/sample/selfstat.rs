@@ -65,9 +65,7 @@ impl SelfReader {
         let status = self.dir.join("status");
         let rss_bytes = crate::fsio::parse_optional(&status, parse_vm_rss)?.unwrap_or(0);
         let fd_dir = self.dir.join("fd");
-        let open_fds = std::fs::read_dir(&fd_dir)
-            .map_err(|e| ReadError::io(&fd_dir, e))?
-            .count() as u64;
+        let open_fds = crate::fsio::count_fds(&fd_dir).map_err(|e| ReadError::io(&fd_dir, e))?;
         Ok(Some(SelfStat {
             cpu_seconds: (st.utime as f64 + st.stime as f64) / self.ticks_per_second,
             rss_bytes,
