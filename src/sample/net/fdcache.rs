@@ -9,6 +9,13 @@
 //! Each cached pid's fd directory is held open and `fstat`ed: no path walk, no `ptrace` access
 //! check per tick (a quarter of the cost of `stat` by path), and a held directory of an exited
 //! task fails with `ENOENT` even when its pid was reused.
+//!
+//! Attribution is kept too: each workload (by cgroup) keeps its distinct socket inodes and their
+//! TCP/UDP totals, recomputed only when the (pid, list generation) set it is made of changed, and
+//! an inode -> holders map resolves a socket held by several workloads (it counts for the first
+//! in the tick's order, as a full pass counts it). The steady state is one `fstat` per pid and
+//! nothing per socket. A tick where any pid's list is not cached (the bound, an old kernel, a
+//! fixture tree) is attributed from the lists, per socket, as before, and the kept state rebuilt.
 
 use super::sockets::{parse_proto_name, Proto};
 use crate::error::ReadError;
@@ -158,6 +165,8 @@ pub struct SocketCache {
     unheld: Vec<u64>,
     /// Build the inode -> workload map on incremental ticks (only the TCP states need it).
     want_owner: bool,
+    /// Benchmarks: attribute every tick from the per-pid lists (the first rounds' pass).
+    per_tick_only: bool,
 }
 
 impl SocketCache {
@@ -197,6 +206,7 @@ impl SocketCache {
             union_buf: Vec::new(),
             unheld: Vec::new(),
             want_owner: true,
+            per_tick_only: false,
         }
     }
 
@@ -204,6 +214,12 @@ impl SocketCache {
     /// per-tick pass always fills it).
     pub fn with_owner(mut self, want: bool) -> Self {
         self.want_owner = want;
+        self
+    }
+
+    /// Benchmarks: no kept totals, every tick attributed per socket from the per-pid lists.
+    pub fn with_per_tick_attribution(mut self) -> Self {
+        self.per_tick_only = true;
         self
     }
 
@@ -260,7 +276,7 @@ impl SocketCache {
         self.spill.clear();
         // Each workload's kept entry; a key seen twice, an old kernel or a fixture tree: the
         // whole tick is attributed from the per-pid lists, as a full pass.
-        let mut per_tick = !self.stats.incremental;
+        let mut per_tick = !self.stats.incremental || self.per_tick_only;
         let mut wids = Vec::with_capacity(pids.len());
         if !per_tick {
             for i in 0..pids.len() {
@@ -453,7 +469,10 @@ impl SocketCache {
             };
             e.index = i;
             let same = e.sig.len() == cs.len()
-                && e.sig.iter().zip(cs).all(|(s, c)| s.0 == c.pid && s.1 == c.gen);
+                && e.sig
+                    .iter()
+                    .zip(cs)
+                    .all(|(s, c)| s.0 == c.pid && s.1 == c.gen);
             if !same {
                 e.sig.clear();
                 e.sig.extend(cs.iter().map(|c| (c.pid, c.gen)));
@@ -618,7 +637,8 @@ impl SocketCache {
             }
         }
         if self.want_owner {
-            let mut owner = InoMap::with_capacity_and_hasher(self.holders.len(), Default::default());
+            let mut owner =
+                InoMap::with_capacity_and_hasher(self.holders.len(), Default::default());
             for (&ino, h) in &self.holders {
                 let i = match self.shared.get(&ino) {
                     Some(ws) => first_of(ws),
@@ -713,10 +733,7 @@ impl SocketCache {
     /// The fd directory's inode and fd count, and the directory if it was opened for this
     /// (the pid is new, or beyond the bound); `Ok(None)`: the pid is gone. A held directory
     /// whose task exited is dropped and the pid looked up again (a reused pid is a new entry).
-    fn fd_stat(
-        &mut self,
-        pid: u32,
-    ) -> Result<Option<(FileStat, Option<OwnedFd>)>, Errno> {
+    fn fd_stat(&mut self, pid: u32) -> Result<Option<(FileStat, Option<OwnedFd>)>, Errno> {
         let mut unheld = false;
         if let Some(e) = self.pids.get(&pid) {
             match &e.dir {
@@ -1066,13 +1083,25 @@ mod tests {
         // (keys, pids by workload, (tcp, udp) by workload)
         type Tick<'a> = (Vec<&'a str>, Vec<Vec<u32>>, Vec<(u64, u64)>);
         let ticks: Vec<Tick> = vec![
-            (vec!["x", "y"], vec![vec![a, b], vec![c]], vec![(2, 1), (1, 1)]),
+            (
+                vec!["x", "y"],
+                vec![vec![a, b], vec![c]],
+                vec![(2, 1), (1, 1)],
+            ),
             // Reused: the same again.
-            (vec!["x", "y"], vec![vec![a, b], vec![c]], vec![(2, 1), (1, 1)]),
+            (
+                vec!["x", "y"],
+                vec![vec![a, b], vec![c]],
+                vec![(2, 1), (1, 1)],
+            ),
             (vec!["x", "y"], vec![vec![a], vec![b]], vec![(1, 1), (1, 0)]),
             (vec!["y", "x"], vec![vec![b], vec![a]], vec![(1, 1), (1, 0)]),
             (vec!["x"], vec![vec![a]], vec![(1, 1)]),
-            (vec!["y", "x"], vec![vec![b, c], vec![a]], vec![(2, 2), (1, 0)]),
+            (
+                vec!["y", "x"],
+                vec![vec![b, c], vec![a]],
+                vec![(2, 2), (1, 0)],
+            ),
         ];
         for (t, (keys, pids, want)) in ticks.iter().enumerate() {
             let (mut e1, mut e2) = (Vec::new(), Vec::new());
@@ -1098,6 +1127,74 @@ mod tests {
             assert_eq!(kept.stats().walked, walked, "tick {t}");
         }
         assert_eq!(kept.stats().overflows_total, 0);
+    }
+
+    /// The pass's CPU per tick with kept totals against the per-tick attribution, on the same
+    /// 1,980 processes (10 sockets each, 220 workloads of 9: the 110-pod bench node's shape),
+    /// 60 ticks, rotation 1/12. Run alone (children inherit the sockets made for them):
+    /// `cargo test --release --lib kept_totals_cost -- --ignored --nocapture --exact ...`.
+    #[test]
+    #[ignore]
+    fn kept_totals_cost() {
+        let mut kids = Vec::new();
+        for _ in 0..1980 {
+            // Without SOCK_CLOEXEC: inherited by the next child only, closed here after.
+            let fds: Vec<OwnedFd> = (0..10)
+                .map(|_| {
+                    // SAFETY: socket(2) returns a new descriptor or -1.
+                    let fd =
+                        unsafe { nix::libc::socket(nix::libc::AF_INET, nix::libc::SOCK_DGRAM, 0) };
+                    assert!(fd >= 0);
+                    // SAFETY: just returned, owned by nobody else.
+                    unsafe { OwnedFd::from_raw_fd(fd) }
+                })
+                .collect();
+            let child = Command::new("sleep")
+                .arg("300")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            drop(fds);
+            kids.push(Holder(child));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let pids: Vec<Vec<u32>> = kids
+            .chunks(9)
+            .map(|c| c.iter().map(|h| h.0.id()).collect())
+            .collect();
+        let names: Vec<String> = (0..pids.len()).map(|i| format!("w{i}")).collect();
+        let keys: Vec<&str> = names.iter().map(String::as_str).collect();
+        for (label, mut cache) in [
+            (
+                "per-tick attribution",
+                SocketCache::new("/proc".into(), 12).with_per_tick_attribution(),
+            ),
+            (
+                "kept totals",
+                SocketCache::new("/proc".into(), 12).with_owner(false),
+            ),
+        ] {
+            let mut errors = Vec::new();
+            for _ in 0..12 {
+                cache.sample_keyed(&keys, &keys, &pids, &mut errors);
+            }
+            let t0 = crate::sample::health::thread_cpu();
+            let mut counted = 0;
+            for _ in 0..60 {
+                let a = cache.sample_keyed(&keys, &keys, &pids, &mut errors);
+                counted += a.counts.values().map(|c| c.tcp + c.udp).sum::<u64>();
+            }
+            let per_tick = crate::sample::health::thread_cpu().saturating_sub(t0) / 60;
+            assert!(errors.is_empty(), "{errors:?}");
+            assert_eq!(counted, 60 * 19_800, "{label}");
+            println!(
+                "{label}: {per_tick:?} per tick (walked {} reused {})",
+                cache.stats().walked,
+                cache.stats().reused
+            );
+        }
     }
 
     #[test]
