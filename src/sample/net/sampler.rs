@@ -98,6 +98,11 @@ pub struct NetSampler {
     ports: Option<PortsState>,
     /// Pod namespaces' conntrack and sockstat files, held open; their addresses, cached.
     netns_files: NetnsFiles,
+    /// pid -> (its task's identity, netns, tick read, tick used): read again once the task is
+    /// not the one read, or `walk_every` ticks on. Holds the pids looked up in the last tick.
+    netns_known: HashMap<u32, (u64, u64, u64, u64)>,
+    net_tick: u64,
+    walk_every: u32,
 }
 
 impl NetSampler {
@@ -125,7 +130,8 @@ impl NetSampler {
         let proc_root_files = proc_root.clone();
         NetSampler {
             walker: FdWalker::new(proc_root.clone()),
-            cache: SocketCache::new(proc_root.clone(), super::fdcache::DEFAULT_FULL_WALK_EVERY),
+            cache: SocketCache::new(proc_root.clone(), super::fdcache::DEFAULT_FULL_WALK_EVERY)
+                .with_owner(tcp_states),
             proc_root,
             sockets,
             tcp_states,
@@ -136,6 +142,9 @@ impl NetSampler {
             buf: Vec::with_capacity(64 * 1024),
             ports: None,
             netns_files: NetnsFiles::new(proc_root_files),
+            netns_known: HashMap::new(),
+            net_tick: 0,
+            walk_every: super::fdcache::DEFAULT_FULL_WALK_EVERY,
         }
     }
 
@@ -153,7 +162,8 @@ impl NetSampler {
     /// Every pod's sockets are walked in full at least once every `n` ticks (the staleness bound
     /// of the per-pid socket cache).
     pub fn with_full_walk_every(mut self, n: u32) -> Self {
-        self.cache = SocketCache::new(self.proc_root.clone(), n);
+        self.cache = SocketCache::new(self.proc_root.clone(), n).with_owner(self.tcp_states);
+        self.walk_every = n.max(1);
         self
     }
 
@@ -183,12 +193,18 @@ impl NetSampler {
     ) -> NetSample {
         let cpu0 = thread_cpu();
         let mut out = NetSample::default();
+        // First: the fd directories' checks tell which pids are the tasks they were.
+        let owned = self
+            .sockets
+            .then(|| self.attribute_sockets(inv, pids, sock_errors));
+        let cpu1 = thread_cpu();
         // netns inode -> a pid in it; workload -> its netns.
         let mut netns_pid: HashMap<u64, u32> = HashMap::new();
         let mut workload_netns: Vec<Option<u64>> = vec![None; inv.workloads.len()];
+        self.net_tick += 1;
         for (i, ps) in pids.iter().enumerate() {
             for &pid in ps {
-                match self.walker.netns(pid) {
+                match self.netns(pid) {
                     Ok(Some(ns)) => {
                         netns_pid.entry(ns).or_insert(pid);
                         workload_netns[i] = Some(ns);
@@ -203,15 +219,18 @@ impl NetSampler {
             }
         }
 
+        let tick = self.net_tick;
+        self.netns_known.retain(|_, e| e.3 == tick);
         // The netns lookup serves both; charged to conntrack (the per-pod reads), or to sockets
         // when conntrack is off.
-        let cpu1 = thread_cpu();
-        let lookup = cpu1.saturating_sub(cpu0);
-        if self.sockets {
-            out.sockets = Some(self.sample_sockets(inv, pids, &netns_pid, sock_errors));
-        }
         let cpu2 = thread_cpu();
-        out.cpu.sockets = cpu2.saturating_sub(cpu1);
+        let lookup = cpu2.saturating_sub(cpu1);
+        if let Some(owned) = owned {
+            out.sockets = Some(self.tcp_states(owned, &netns_pid, sock_errors));
+        }
+        let cpu3 = thread_cpu();
+        out.cpu.sockets = cpu1.saturating_sub(cpu0) + cpu3.saturating_sub(cpu2);
+        let cpu2 = cpu3;
         if self.conntrack.is_some() {
             let dump_due = self.read_node_conntrack(&mut out, ct_errors);
             self.sample_pods(
@@ -233,13 +252,40 @@ impl NetSampler {
         out
     }
 
-    fn sample_sockets(
+    /// The netns of `pid`: remembered while the socket cache has checked this tick that `pid`
+    /// is the task it was read through, for at most `walk_every` ticks (a task that moves itself
+    /// to another namespace with `setns`/`unshare` is seen within them); read otherwise.
+    fn netns(&mut self, pid: u32) -> Result<Option<u64>, ReadError> {
+        let tick = self.net_tick;
+        let task = if self.sockets {
+            self.cache.task(pid)
+        } else {
+            None
+        };
+        if let (Some(task), Some(e)) = (task, self.netns_known.get_mut(&pid)) {
+            if e.0 == task && tick.saturating_sub(e.2) < u64::from(self.walk_every) {
+                e.3 = tick;
+                return Ok(Some(e.1));
+            }
+        }
+        let ns = self.walker.netns(pid)?;
+        match (task, ns) {
+            (Some(task), Some(ns)) => {
+                self.netns_known.insert(pid, (task, ns, tick, tick));
+            }
+            _ => {
+                self.netns_known.remove(&pid);
+            }
+        }
+        Ok(ns)
+    }
+
+    fn attribute_sockets(
         &mut self,
         inv: &Inventory,
         pids: &[Vec<u32>],
-        netns_pid: &HashMap<u64, u32>,
         errors: &mut Vec<ReadError>,
-    ) -> HashMap<usize, SocketCounts> {
+    ) -> Attribution {
         // A pod's containers share a netns and are re-walked together.
         let groups: Vec<&str> = inv
             .workloads
@@ -249,11 +295,22 @@ impl NetSampler {
                 WorkloadKind::Unit => w.cgroup.as_str(),
             })
             .collect();
+        // Kept from tick to tick by cgroup.
+        let keys: Vec<&str> = inv.workloads.iter().map(|w| w.cgroup.as_str()).collect();
+        self.cache.sample_keyed(&keys, &groups, pids, errors)
+    }
+
+    fn tcp_states(
+        &mut self,
+        owned: Attribution,
+        netns_pid: &HashMap<u64, u32>,
+        errors: &mut Vec<ReadError>,
+    ) -> HashMap<usize, SocketCounts> {
         let Attribution {
             mut counts,
             owner,
             denied,
-        } = self.cache.sample(&groups, pids, errors);
+        } = owned;
         self.set_feature("sockets", denied);
         // TCP states need the per-netns tables: opt-in, for their kernel cost.
         if self.tcp_states && !owner.is_empty() {
@@ -286,16 +343,17 @@ impl NetSampler {
         let mut jobs: Vec<(String, PortsJob)> = Vec::new();
         let mut pod_netns: Vec<u64> = Vec::new();
         let now = self.clock.now();
+        // A pod's netns: its first container's (in workload order) that has one.
+        let mut first_ns: HashMap<&str, u64> = HashMap::with_capacity(inv.pods.len());
+        for (w, ns) in inv.workloads.iter().zip(workload_netns) {
+            if let (WorkloadKind::Container { pod_uid, .. }, Some(ns)) = (&w.kind, ns) {
+                first_ns.entry(pod_uid.as_str()).or_insert(*ns);
+            }
+        }
         for pod in &inv.pods {
-            let ns = inv
-                .workloads
-                .iter()
-                .zip(workload_netns)
-                .find_map(|(w, ns)| match &w.kind {
-                    WorkloadKind::Container { pod_uid, .. } if *pod_uid == pod.uid => *ns,
-                    _ => None,
-                });
-            let Some(ns) = ns else { continue };
+            let Some(&ns) = first_ns.get(pod.uid.as_str()) else {
+                continue;
+            };
             let Some(&pid) = netns_pid.get(&ns) else {
                 continue;
             };
