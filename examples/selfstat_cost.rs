@@ -31,7 +31,7 @@ fn main() {
         .map(|_| std::fs::File::open("/dev/null").expect("open /dev/null"))
         .collect();
     let mut reader = SelfReader::new(PathBuf::from("/proc"));
-    let (sample, n) = per_call(rounds, || reader.sample().open_fds);
+    let (sample, n) = per_call(rounds, || reader.sample().map_or(0, |s| s.open_fds));
     let (listing, m) = per_call(rounds, || {
         std::fs::read_dir("/proc/self/fd")
             .map(|d| d.count() as u64)
