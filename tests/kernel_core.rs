@@ -402,7 +402,12 @@ fn discovery_sees_exactly_what_changed_between_two_scans_and_lists_little_else()
     let mut pods = Vec::new();
     let mut ctrs = Vec::new();
     for i in 0..6 {
-        let p = n.pod(Driver::Systemd, QosClass::Burstable, "shop", &format!("web-{i}"));
+        let p = n.pod(
+            Driver::Systemd,
+            QosClass::Burstable,
+            "shop",
+            &format!("web-{i}"),
+        );
         for name in ["app", "sidecar"] {
             ctrs.push(n.container(&p, name, 0));
         }
@@ -463,7 +468,10 @@ fn discovery_sees_exactly_what_changed_between_two_scans_and_lists_little_else()
         }
     }
     let inv = d.scan().expect("scan");
-    assert_eq!(shape(&inv), shape(&discovery(&n).scan().expect("fresh scan")));
+    assert_eq!(
+        shape(&inv),
+        shape(&discovery(&n).scan().expect("fresh scan"))
+    );
     let cgroups: Vec<&str> = inv.workloads.iter().map(|w| w.cgroup.as_str()).collect();
     assert!(cgroups.contains(&n.rel(&restarted.cgroup).as_str()));
     assert!(!cgroups.contains(&n.rel(&old.cgroup).as_str()));
@@ -472,13 +480,23 @@ fn discovery_sees_exactly_what_changed_between_two_scans_and_lists_little_else()
         .iter()
         .find(|w| w.cgroup == n.rel(&added.cgroup))
         .expect("added container");
-    assert_eq!(a.subtree, vec![n.rel(&added.cgroup), n.rel(&format!("{}/inner", added.cgroup))]);
+    assert_eq!(
+        a.subtree,
+        vec![
+            n.rel(&added.cgroup),
+            n.rel(&format!("{}/inner", added.cgroup))
+        ]
+    );
     let c0 = inv
         .workloads
         .iter()
         .find(|w| w.cgroup == n.rel(&ctrs[0].cgroup))
         .expect("container 0");
-    assert_eq!(c0.subtree, vec![n.rel(&ctrs[0].cgroup)], "nested cgroups gone");
+    assert_eq!(
+        c0.subtree,
+        vec![n.rel(&ctrs[0].cgroup)],
+        "nested cgroups gone"
+    );
     assert_eq!(inv.workloads.len(), 13);
     let s = d.tree_stats();
     assert!(s.listed < steady.listed + 10, "{s:?} after {steady:?}");

@@ -115,11 +115,13 @@ impl Tree {
     }
 
     /// A tree that holds nothing and watches nothing: every scan is a full walk.
+    #[cfg(test)]
     pub fn one_shot(scope: String) -> Self {
         Tree::new(scope).with_limits(0, 0)
     }
 
     /// Caps the directories held open (at most a sixteenth of the soft fd limit) and watched.
+    #[cfg(test)]
     pub fn with_limits(mut self, max_held: usize, max_watches: usize) -> Self {
         self.max_held = fd_share(max_held);
         self.max_watches = max_watches;
