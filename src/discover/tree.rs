@@ -133,17 +133,17 @@ impl Tree {
         self.stats
     }
 
-    /// Forgets everything: the next scan walks the scope in full.
+    /// Forgets everything: the next scan walks the scope in full. The inotify instance goes
+    /// too (closing it drops every watch, even one a failed walk did not record).
     pub fn clear(&mut self) {
-        if self.nodes.contains_key(&self.scope) {
-            let scope = self.scope.clone();
-            self.remove(&scope);
-        }
         self.nodes.clear();
         self.by_wd.clear();
         self.n_held = 0;
         self.n_watched = 0;
         self.top = None;
+        if self.inotify.take().is_some() {
+            self.inotify_tried = false;
+        }
     }
 
     /// Appends the scope's cgroups in pre-order to `out` (as a full walk lists them) and counts
