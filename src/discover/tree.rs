@@ -175,11 +175,6 @@ impl Tree {
         out: &mut Walked,
         stats: &mut DiscoveryStats,
     ) -> Result<(), ReadError> {
-        if !self.inotify_tried {
-            self.inotify_tried = true;
-            self.inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok();
-        }
-        self.drain();
         // The scope itself by path, each scan: removed or re-created, it has no parent we watch.
         let rel_path = unescape_name(self.scope.trim_start_matches('/')).into_owned();
         let rel_path = if rel_path.is_empty() {
@@ -204,6 +199,12 @@ impl Tree {
         if id.is_none() || id != self.top {
             self.clear();
         }
+        // After any `clear`, which closes the instance: a tree is watched from its first walk.
+        if !self.inotify_tried {
+            self.inotify_tried = true;
+            self.inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok();
+        }
+        self.drain();
         let scope = self.scope.clone();
         if !self.nodes.contains_key(&scope) {
             self.top = id;
@@ -760,5 +761,73 @@ mod tests {
         std::fs::remove_dir_all(root.join("kubepods")).unwrap();
         std::fs::create_dir_all(root.join("kubepods/guaranteed")).unwrap();
         check(&mut t, &root, "/kubepods");
+    }
+}
+
+#[cfg(test)]
+mod cost {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    fn cpu_ms() -> f64 {
+        let mut ts = nix::libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec out-pointer.
+        unsafe { nix::libc::clock_gettime(nix::libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
+    }
+
+    /// The walk alone, full against kept, on a real v1 memory hierarchy shaped like the 110-pod
+    /// bench node (110 pods of 3 containers: ~445 directories). Prints; asserts nothing timed.
+    #[test]
+    #[ignore = "a measurement on real cgroups (root): cargo test --lib discover::tree::cost -- --ignored --nocapture"]
+    fn scan_cost_on_a_110_pod_shaped_tree() {
+        let root = Path::new("/sys/fs/cgroup/memory");
+        let parent = format!("ngdisc-cost-{}", std::process::id());
+        let mut made = Vec::new();
+        for p in 0..110 {
+            let pod = format!("{parent}/kubepods/burstable/pod{p:04}");
+            for c in 0..3 {
+                made.push(format!("{pod}/{c:064x}"));
+            }
+        }
+        for d in &made {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let scope = format!("/{parent}");
+        let fd = fsio::open_dir(root).unwrap();
+        let run = |t: &mut Tree, n: usize| {
+            let t0 = cpu_ms();
+            for _ in 0..n {
+                let (mut out, mut st) = (Walked::default(), DiscoveryStats::default());
+                t.scan(root, fd.as_fd(), &mut out, &mut st).unwrap();
+            }
+            (cpu_ms() - t0) / n as f64
+        };
+        let mut full = Tree::one_shot(scope.clone());
+        let mut kept = Tree::new(scope.clone());
+        let first = run(&mut kept, 1);
+        let (f, k) = (run(&mut full, 60), run(&mut kept, 60));
+        eprintln!(
+            "dirs {}: full walk {f:.3} ms/scan, kept {k:.3} ms/scan (first {first:.3}), {:?}",
+            kept.stats().dirs,
+            kept.stats()
+        );
+        drop(kept);
+        let mut all: Vec<String> = made.clone();
+        for d in &made {
+            let mut p = Path::new(d).parent();
+            while let Some(x) = p.filter(|x| !x.as_os_str().is_empty()) {
+                all.push(x.to_string_lossy().into_owned());
+                p = x.parent();
+            }
+        }
+        all.sort_by_key(|d| std::cmp::Reverse(d.matches('/').count()));
+        all.dedup();
+        for d in all {
+            let _ = std::fs::remove_dir(root.join(d));
+        }
     }
 }
