@@ -389,3 +389,115 @@ fn a_held_memory_file_of_a_recreated_cgroup_reads_the_new_one() {
     assert_eq!(read(&mut r2).expect("memory files").limit_bytes, None);
     std::fs::remove_dir(&dir).expect("rmdir");
 }
+
+/// Discovery keeps the cgroup tree between scans and re-lists only directories whose entries
+/// changed (inotify), so a steady scan lists a twelfth of the tree; a container replaced under
+/// the same pod (the entry count unchanged), one added with nested cgroups deep in another pod
+/// and nested cgroups removed are all seen at the very next scan, as a fresh full walk sees them.
+#[test]
+fn discovery_sees_exactly_what_changed_between_two_scans_and_lists_little_else() {
+    use nodeguard::discover::names::NameSource;
+    use nodeguard::discover::{Discovery, DiscoveryConfig, Inventory};
+    let Some(mut n) = node() else { return };
+    let mut pods = Vec::new();
+    let mut ctrs = Vec::new();
+    for i in 0..6 {
+        let p = n.pod(
+            Driver::Systemd,
+            QosClass::Burstable,
+            "shop",
+            &format!("web-{i}"),
+        );
+        for name in ["app", "sidecar"] {
+            ctrs.push(n.container(&p, name, 0));
+        }
+        pods.push(p);
+    }
+    // Nested cgroups inside a container (dind, systemd-in-container) belong to it.
+    let nested = format!("{}/inner/deeper", ctrs[0].cgroup);
+    n.mkdir(&nested);
+    let discovery = |n: &common::TestNode| {
+        Discovery::new(
+            &n.layout,
+            "/proc".into(),
+            NameSource::new(n.pod_logs(), n.container_logs()),
+            DiscoveryConfig {
+                scopes: vec![n.rel("")],
+                host_workloads: false,
+            },
+        )
+    };
+    let shape = |inv: &Inventory| {
+        let mut v: Vec<(String, String, Vec<String>)> = inv
+            .workloads
+            .iter()
+            .map(|w| (w.id.to_string(), w.cgroup.clone(), w.subtree.clone()))
+            .collect();
+        v.sort();
+        v
+    };
+    let mut d = discovery(&n);
+    let first = d.scan().expect("scan");
+    assert_eq!(first.workloads.len(), 12);
+    for _ in 0..2 {
+        assert_eq!(shape(&d.scan().expect("scan")), shape(&first));
+    }
+    let steady = d.tree_stats();
+    assert!(
+        steady.unwatched == 0 && steady.held == steady.dirs,
+        "{steady:?}"
+    );
+    assert!(steady.listed * 4 < steady.dirs, "{steady:?}");
+
+    // Between two scans: pod 1's sidecar restarts (old cgroup removed, new id in the same pod),
+    // pod 2 gets a container with a nested cgroup, and ctrs[0]'s nested cgroups go.
+    let old = ctrs[3].clone();
+    n.remove_cgroup(&old);
+    let link = n
+        .container_logs()
+        .join(format!("web-1_shop_sidecar-{}.log", old.id));
+    std::fs::remove_file(link).expect("old link");
+    let restarted = n.container(&pods[1], "sidecar", 1);
+    let added = n.container(&pods[2], "debug", 0);
+    n.mkdir(&format!("{}/inner", added.cgroup));
+    for dir in [nested.clone(), format!("{}/inner", ctrs[0].cgroup)] {
+        let v1 = ["memory", "pids", "freezer"].map(|c| n.layout.v1_controller(c));
+        let v2 = n.layout.unified().map(std::path::Path::to_path_buf);
+        for h in v1.into_iter().chain([v2]).flatten() {
+            let _ = std::fs::remove_dir(h.join(n.rel(&dir).trim_start_matches('/')));
+        }
+    }
+    let inv = d.scan().expect("scan");
+    assert_eq!(
+        shape(&inv),
+        shape(&discovery(&n).scan().expect("fresh scan"))
+    );
+    let cgroups: Vec<&str> = inv.workloads.iter().map(|w| w.cgroup.as_str()).collect();
+    assert!(cgroups.contains(&n.rel(&restarted.cgroup).as_str()));
+    assert!(!cgroups.contains(&n.rel(&old.cgroup).as_str()));
+    let a = inv
+        .workloads
+        .iter()
+        .find(|w| w.cgroup == n.rel(&added.cgroup))
+        .expect("added container");
+    assert_eq!(
+        a.subtree,
+        vec![
+            n.rel(&added.cgroup),
+            n.rel(&format!("{}/inner", added.cgroup))
+        ]
+    );
+    let c0 = inv
+        .workloads
+        .iter()
+        .find(|w| w.cgroup == n.rel(&ctrs[0].cgroup))
+        .expect("container 0");
+    assert_eq!(
+        c0.subtree,
+        vec![n.rel(&ctrs[0].cgroup)],
+        "nested cgroups gone"
+    );
+    assert_eq!(inv.workloads.len(), 13);
+    let s = d.tree_stats();
+    assert!(s.listed < steady.listed + 10, "{s:?} after {steady:?}");
+}

@@ -4,18 +4,19 @@
 pub mod kubelet;
 pub mod layout;
 pub mod names;
+mod tree;
+pub use tree::TreeStats;
 
 use crate::error::ReadError;
-use crate::fsio::{self, escape_name, unescape_name, EntryKind};
+use crate::fsio::{self, unescape_name};
 use crate::model::WorkloadId;
 use kubelet::{KubeCgroup, QosClass};
 pub use layout::CgroupLayout;
 use names::{NameIndex, NameSource};
-use nix::fcntl::OFlag;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -102,6 +103,8 @@ pub struct Discovery {
     /// `cgroup.procs` read during the last scan, by cgroup: the process sampler takes them
     /// instead of reading the same files again.
     listed: std::collections::HashMap<String, Vec<u32>>,
+    /// The cgroup tree of each scope, kept between scans (`tree.rs`).
+    trees: Vec<tree::Tree>,
 }
 
 impl Discovery {
@@ -123,7 +126,21 @@ impl Discovery {
             pod_listing: None,
             stats: DiscoveryStats::default(),
             listed: std::collections::HashMap::new(),
+            trees: Vec::new(),
         }
+    }
+
+    /// What the kept cgroup trees hold and did at the last scan, over all scopes.
+    pub fn tree_stats(&self) -> TreeStats {
+        let mut t = TreeStats::default();
+        for s in self.trees.iter().map(tree::Tree::stats) {
+            t.dirs += s.dirs;
+            t.held += s.held;
+            t.unwatched += s.unwatched;
+            t.listed += s.listed;
+            t.overflows += s.overflows;
+        }
+        t
     }
 
     /// Whether `rel` lies in a configured scope (the agent's view of the tree).
@@ -236,9 +253,13 @@ impl Discovery {
             ..DiscoveryStats::default()
         };
         let mut walked = Walked::default();
-        for scope in &self.config.scopes {
-            let rel = normalize(scope);
-            walk(&self.primary, &rel, &mut walked, &mut stats)?;
+        if self.trees.is_empty() {
+            let scopes = self.config.scopes.iter();
+            self.trees = scopes.map(|s| tree::Tree::new(normalize(s))).collect();
+        }
+        let root_fd = fsio::open_dir(&self.primary).map_err(|e| ReadError::io(&self.primary, e))?;
+        for tree in &mut self.trees {
+            tree.scan(&self.primary, root_fd.as_fd(), &mut walked, &mut stats)?;
         }
         let dirs = &walked.dirs;
         let mut inv = Inventory::default();
@@ -498,8 +519,9 @@ pub struct DiscoveryStats {
 }
 
 /// Depth-first, pre-order list of cgroup directories (relative paths, names escaped with
-/// [`crate::fsio::escape_name`], which [`join_rel`] undoes). A vanished directory is churn and
-/// simply not listed; a symlink is not a cgroup and is not followed.
+/// [`crate::fsio::escape_name`], which [`join_rel`] undoes), walked in full. A vanished directory
+/// is churn and simply not listed; a symlink is not a cgroup and is not followed.
+#[cfg(test)]
 fn walk(
     root: &Path,
     rel: &str,
@@ -507,23 +529,7 @@ fn walk(
     stats: &mut DiscoveryStats,
 ) -> Result<(), ReadError> {
     let root_fd = fsio::open_dir(root).map_err(|e| ReadError::io(root, e))?;
-    let scope = rel.trim_start_matches('/');
-    let fd = if scope.is_empty() {
-        root_fd
-    } else {
-        let raw = unescape_name(scope);
-        match fsio::open_beneath(
-            root_fd.as_fd(),
-            Path::new(OsStr::from_bytes(&raw)),
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
-        ) {
-            Ok(fd) => fd,
-            Err(e) if is_gone_dir(&e) => return Ok(()),
-            Err(e) => return Err(ReadError::io(&join_rel(root, rel), e)),
-        }
-    };
-    let ino = nix::sys::stat::fstat(fd.as_raw_fd()).map_or(0, |st| st.st_ino);
-    walk_at(root, fd, ino, rel.to_owned(), 0, out, stats)
+    tree::Tree::one_shot(normalize(rel)).scan(root, root_fd.as_fd(), out, stats)
 }
 
 /// The walk's output: cgroup paths in pre-order, and each one's directory inode.
@@ -531,57 +537,6 @@ fn walk(
 struct Walked {
     dirs: Vec<String>,
     inos: Vec<u64>,
-}
-
-fn walk_at(
-    root: &Path,
-    dir: OwnedFd,
-    ino: u64,
-    rel: String,
-    depth: usize,
-    out: &mut Walked,
-    stats: &mut DiscoveryStats,
-) -> Result<(), ReadError> {
-    let mut children: Vec<(Vec<u8>, u64)> = Vec::new();
-    let dir = match fsio::list_into(dir, |name, kind, ino| {
-        if kind == EntryKind::Dir {
-            children.push((name.to_vec(), ino));
-        }
-    }) {
-        Ok(listed) => listed,
-        Err(e) if is_gone_dir(&e) => return Ok(()),
-        Err(e) => return Err(ReadError::io(&join_rel(root, &rel), e)),
-    };
-    out.dirs.push(rel.clone());
-    out.inos.push(ino);
-    children.sort_unstable();
-    for (raw, child_ino) in children {
-        if std::str::from_utf8(&raw).is_err() {
-            stats.non_utf8_cgroups += 1;
-        }
-        let name = escape_name(&raw);
-        let child = if rel == "/" {
-            format!("/{name}")
-        } else {
-            format!("{rel}/{name}")
-        };
-        if depth + 1 > MAX_DEPTH || child.len() > MAX_REL_LEN {
-            stats.skipped_cgroups += 1;
-            continue;
-        }
-        let opened = fsio::open_beneath(
-            dir.as_fd(),
-            Path::new(OsStr::from_bytes(&raw)),
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
-        );
-        match opened {
-            Ok(fd) => walk_at(root, fd, child_ino, child, depth + 1, out, stats)?,
-            // Gone, or replaced by a symlink or a file since the listing.
-            Err(e) if is_gone_dir(&e) || fsio::is_refused_link(&e) => {}
-            Err(e) => return Err(ReadError::io(&join_rel(root, &child), e)),
-        }
-    }
-    Ok(())
 }
 
 fn is_gone_dir(e: &std::io::Error) -> bool {

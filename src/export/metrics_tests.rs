@@ -669,6 +669,11 @@ fn full_snapshot() -> Published {
         socket_pids_reused: 11,
         memory_files_open: Some(12),
         memory_files_unheld: 13,
+        discovery_dirs_held: 14,
+        discovery_dirs_unheld: 15,
+        discovery_dirs_unwatched: 16,
+        discovery_dirs_listed: 17,
+        discovery_watch_overflows_total: 18,
     };
     s.samplers = catalog::agent::SAMPLERS
         .into_iter()

@@ -110,6 +110,14 @@ pub struct InputStats {
     /// Pids walked and reused by the socket sampler's last pass.
     pub socket_pids_walked: u64,
     pub socket_pids_reused: u64,
+    /// Discovery's kept cgroup trees (`discover::tree`): directories held open, not held because
+    /// the cap was reached, without an inotify watch (listed every scan), listed by the last
+    /// scan, and inotify queue overflows.
+    pub discovery_dirs_held: usize,
+    pub discovery_dirs_unheld: usize,
+    pub discovery_dirs_unwatched: usize,
+    pub discovery_dirs_listed: usize,
+    pub discovery_watch_overflows_total: u64,
 }
 
 /// A value carried from the last good read when the current read failed.

@@ -170,7 +170,7 @@ impl Samplers {
 
     /// What discovery and the log tailer skipped or hold after their last pass.
     pub fn input_stats(&self) -> crate::model::InputStats {
-        let d = self.discovery.stats();
+        let (d, t) = (self.discovery.stats(), self.discovery.tree_stats());
         let l = self.logs.tailer.as_ref().map(|t| t.stats());
         let sc = self.net.net.socket_cache();
         let m = self.memory.reader.as_ref().map(MemoryReader::stats);
@@ -188,6 +188,11 @@ impl Samplers {
             socket_cache_overflows_total: sc.map_or(0, |c| c.overflows_total),
             socket_pids_walked: sc.map_or(0, |c| c.walked),
             socket_pids_reused: sc.map_or(0, |c| c.reused),
+            discovery_dirs_held: t.held,
+            discovery_dirs_unheld: t.dirs - t.held,
+            discovery_dirs_unwatched: t.unwatched,
+            discovery_dirs_listed: t.listed,
+            discovery_watch_overflows_total: t.overflows,
         }
     }
 

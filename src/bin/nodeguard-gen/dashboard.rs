@@ -275,6 +275,13 @@ fn rows() -> Vec<Row> {
                     .q("nodeguard_log_files_skipped{@N}", "skipped {{node}} {{reason}}")
                     .q("nodeguard_memory_files_open{@N}", "memory files open {{node}}")
                     .q("nodeguard_memory_files_unheld{@N}", "memory files unheld {{node}}"),
+                panel("Cgroup discovery", Timeseries, "short", 8)
+                    .desc("The kept cgroup tree: directories held open (and kept past the cap without a descriptor), without an inotify watch (listed every scan), listed by the last scan; inotify queue overflows (each re-lists the whole tree once).")
+                    .q("nodeguard_discovery_dirs_held{@N}", "held {{node}}")
+                    .q("nodeguard_discovery_dirs_unheld{@N}", "unheld {{node}}")
+                    .q("nodeguard_discovery_dirs_unwatched{@N}", "unwatched {{node}}")
+                    .q("nodeguard_discovery_dirs_listed{@N}", "listed {{node}}")
+                    .q("increase(nodeguard_discovery_watch_overflows_total{@N}[$__rate_interval])", "overflows {{node}}"),
                 panel("HTTP server", Timeseries, "short", 8)
                     .desc("Connections against the cap, and connections refused or timed out per second.")
                     .q("nodeguard_http_connections{@N}", "open {{node}}")

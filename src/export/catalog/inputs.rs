@@ -142,6 +142,51 @@ pub const FAMILIES: &[Family<Published>] = &[
     }
     .with_rows(|s, out| out.add(&[], s.inputs.skipped_cgroups)),
     Meta {
+        name: "discovery_dirs_held",
+        ty: Gauge,
+        unit: None,
+        help: "Cgroup directories discovery holds open between scans.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| out.add(&[], s.inputs.discovery_dirs_held)),
+    Meta {
+        name: "discovery_dirs_unheld",
+        ty: Gauge,
+        unit: None,
+        help: "Cgroup directories discovery keeps but does not hold open because the cap was reached.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| out.add(&[], s.inputs.discovery_dirs_unheld)),
+    Meta {
+        name: "discovery_dirs_unwatched",
+        ty: Gauge,
+        unit: None,
+        help: "Cgroup directories without an inotify watch, listed every scan.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| out.add(&[], s.inputs.discovery_dirs_unwatched)),
+    Meta {
+        name: "discovery_dirs_listed",
+        ty: Gauge,
+        unit: None,
+        help: "Cgroup directories the last scan listed.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| out.add(&[], s.inputs.discovery_dirs_listed)),
+    Meta {
+        name: "discovery_watch_overflows",
+        ty: Counter,
+        unit: None,
+        help: "Inotify queue overflows of discovery (each re-lists every cgroup directory once).",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| out.add(&[], s.inputs.discovery_watch_overflows_total)),
+    Meta {
         name: "workloads",
         ty: Gauge,
         unit: None,
