@@ -21,7 +21,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -54,7 +54,9 @@ struct Node {
     ino: u64,
     /// Levels below the scope.
     depth: usize,
-    dir: Option<Dir>,
+    /// The held directory: a plain descriptor, listed through a fresh `Dir` (`openat(fd, ".")`)
+    /// so glibc's 32 KiB stream buffer exists only during a listing, not per held directory.
+    dir: Option<OwnedFd>,
     wd: Option<WatchDescriptor>,
     /// Walked children, sorted by raw name as the full walk orders them.
     children: Vec<String>,
@@ -320,7 +322,7 @@ impl Tree {
         node.listed_at = self.scan;
         self.stats.listed += 1;
         let ino = node.ino;
-        let mut dir = match node.dir.take() {
+        let dir = match node.dir.take() {
             Some(d) => {
                 self.n_held -= 1;
                 d
@@ -355,10 +357,10 @@ impl Tree {
                         node.wd = wd;
                     }
                 }
-                Dir::from(fd).map_err(|e| ReadError::io(&join_rel(root, rel), e.into()))?
+                fd
             }
         };
-        let entries = match list(&mut dir) {
+        let entries = match list(dir.as_fd()) {
             Ok(e) => e,
             Err(e) if is_gone_dir(&e) => {
                 self.forget(rel);
@@ -366,7 +368,7 @@ impl Tree {
             }
             Err(e) => return Err(ReadError::io(&join_rel(root, rel), e)),
         };
-        self.apply(root, &dir, rel, entries)?;
+        self.apply(root, dir.as_fd(), rel, entries)?;
         self.keep(rel, dir);
         Ok(true)
     }
@@ -383,7 +385,7 @@ impl Tree {
     ) -> Result<bool, ReadError> {
         self.stats.listed += 1;
         let wd = self.watch(&fd);
-        let mut dir = Dir::from(fd).map_err(|e| ReadError::io(&join_rel(root, &rel), e.into()))?;
+        let dir = fd;
         let slot = self.next_slot % ROTATION;
         self.next_slot += 1;
         if let Some(wd) = wd {
@@ -404,7 +406,7 @@ impl Tree {
                 listed_at: self.scan,
             },
         );
-        let entries = match list(&mut dir) {
+        let entries = match list(dir.as_fd()) {
             Ok(e) => e,
             Err(e) if is_gone_dir(&e) => {
                 self.forget(&rel);
@@ -412,7 +414,7 @@ impl Tree {
             }
             Err(e) => return Err(ReadError::io(&join_rel(root, &rel), e)),
         };
-        self.apply(root, &dir, &rel, entries)?;
+        self.apply(root, dir.as_fd(), &rel, entries)?;
         self.keep(&rel, dir);
         Ok(true)
     }
@@ -422,7 +424,7 @@ impl Tree {
     fn apply(
         &mut self,
         root: &Path,
-        dir: &Dir,
+        dir: BorrowedFd<'_>,
         rel: &str,
         entries: Vec<(Vec<u8>, u64)>,
     ) -> Result<(), ReadError> {
@@ -453,7 +455,7 @@ impl Tree {
             }
             self.forget(&child);
             let opened = fsio::open_beneath(
-                dir_fd(dir),
+                dir,
                 Path::new(OsStr::from_bytes(&raw)),
                 OFlag::O_RDONLY | OFlag::O_DIRECTORY,
             );
@@ -483,7 +485,7 @@ impl Tree {
     }
 
     /// Holds `rel`'s directory within the cap; over it the descriptor is closed.
-    fn keep(&mut self, rel: &str, dir: Dir) {
+    fn keep(&mut self, rel: &str, dir: OwnedFd) {
         if self.n_held >= self.max_held {
             return;
         }
@@ -549,16 +551,17 @@ impl Tree {
     }
 }
 
-fn dir_fd(dir: &Dir) -> BorrowedFd<'_> {
-    // SAFETY: the descriptor is owned by the `Dir`, which outlives the borrow.
-    unsafe { BorrowedFd::borrow_raw(dir.as_raw_fd()) }
-}
-
-/// Child directories of `dir` from its start (raw name, inode), sorted by name.
-fn list(dir: &mut Dir) -> io::Result<Vec<(Vec<u8>, u64)>> {
+/// Child directories of the held directory `fd` (raw name, inode), sorted by name. Read through
+/// a descriptor of its own (`openat(fd, ".")`: its own offset, no path walk), closed after.
+fn list(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u64)>> {
+    let mut dir = Dir::openat(
+        Some(fd.as_raw_fd()),
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
     let raw = dir.as_raw_fd();
     let mut out = Vec::new();
-    // The iterator rewinds the stream when dropped: the next listing starts over.
     for entry in dir.iter() {
         let entry = entry?;
         let name = entry.file_name().to_bytes();
