@@ -669,6 +669,8 @@ fn full_snapshot() -> Published {
         socket_pids_reused: 11,
         memory_files_open: Some(12),
         memory_files_unheld: 13,
+        pids_files_open: Some(14),
+        pids_files_unheld: 15,
     };
     s.samplers = catalog::agent::SAMPLERS
         .into_iter()

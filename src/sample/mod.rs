@@ -168,6 +168,7 @@ impl Samplers {
         let l = self.logs.as_ref().map(|t| t.stats());
         let sc = self.net.socket_cache();
         let m = self.memory.as_ref().map(MemoryReader::stats);
+        let p = self.pids.as_ref().map(PidsReader::stats);
         crate::model::InputStats {
             non_utf8_cgroups: d.non_utf8_cgroups,
             non_utf8_log_names: d.non_utf8_log_names,
@@ -178,6 +179,8 @@ impl Samplers {
             log_files_skipped_cap: l.map_or(0, |l| l.skipped_cap),
             memory_files_open: m.map(|m| m.held_files),
             memory_files_unheld: m.map_or(0, |m| m.unheld_reads),
+            pids_files_open: p.map(|p| p.held_files),
+            pids_files_unheld: p.map_or(0, |p| p.unheld_reads),
             socket_cache_entries: sc.map(|c| c.entries),
             socket_cache_overflows_total: sc.map_or(0, |c| c.overflows_total),
             socket_pids_walked: sc.map_or(0, |c| c.walked),
@@ -290,21 +293,26 @@ impl Samplers {
         let mut listed = self.discovery.take_listed();
         let track = self.procs.as_ref().is_some_and(ProcTable::has_children);
         let mut measures = Vec::new();
-        let mut buf = Vec::new();
+        let d = &self.discovery;
+        let ino_of = |rel: &str| d.cgroup_ino(rel);
+        if let Some(reader) = &mut self.pids {
+            reader.begin_pass();
+        }
         for (i, w) in tick.inventory.workloads.iter().enumerate() {
             let mut pids = Vec::new();
             for rel in &w.subtree {
-                match listed
-                    .remove(rel)
-                    .map_or_else(|| read_procs(&primary, rel), Ok)
-                {
-                    Ok(p) => pids.extend(p),
-                    Err(e) => errors.push(e),
+                let read = match (listed.remove(rel), &mut self.pids) {
+                    (Some(p), _) => Ok(pids.extend(p)),
+                    (None, Some(r)) => r.list_procs(&primary, rel, ino_of(rel), &mut pids),
+                    (None, None) => read_procs(&primary, rel).map(|p| pids.extend(p)),
+                };
+                if let Err(e) = read {
+                    errors.push(e);
                 }
             }
             // After the listing: a fork in between can only make a spurious difference.
-            if let Some(reader) = &self.pids {
-                let (sample, m) = measure(reader, w, pids.len(), track, &mut buf, &mut errors);
+            if let Some(reader) = &mut self.pids {
+                let (sample, m) = reader.measure(w, &ino_of, pids.len(), track, &mut errors);
                 tick.pids_controller.push(sample);
                 measures.push(m);
             }
@@ -319,6 +327,9 @@ impl Samplers {
             }
         }
         let Some(table) = &self.procs else {
+            if let Some(r) = &mut self.pids {
+                r.finish_pass();
+            }
             self.owner_of = owner_of;
             return;
         };
@@ -329,22 +340,25 @@ impl Samplers {
             measures: (self.pids.is_some() && track).then_some(measures.as_slice()),
             has_unified: self.layout.unified().is_some(),
         };
-        let pids_reader = self.pids.as_ref();
+        let mut pids_reader = self.pids.as_mut();
         let remeasure = |i: usize, errors: &mut Vec<ReadError>| {
             let w = &workloads[i];
-            let mut n = 0;
+            let Some(r) = pids_reader.as_deref_mut() else {
+                return zombies::Measure::default();
+            };
+            let mut listed = Vec::new();
             for rel in &w.subtree {
-                match read_procs(&primary, rel) {
-                    Ok(p) => n += p.len(),
-                    Err(e) => errors.push(e),
+                if let Err(e) = r.list_procs(&primary, rel, ino_of(rel), &mut listed) {
+                    errors.push(e);
                 }
             }
-            match pids_reader {
-                Some(r) => measure(r, w, n, true, &mut Vec::new(), errors).1,
-                None => zombies::Measure::default(),
-            }
+            r.measure(w, &ino_of, listed.len(), true, errors).1
         };
-        match self.zombies.tick(table, &input, remeasure, &mut errors) {
+        let ticked = self.zombies.tick(table, &input, remeasure, &mut errors);
+        if let Some(r) = &mut self.pids {
+            r.finish_pass();
+        }
+        match ticked {
             Ok(zombies) => {
                 for (i, z) in zombies {
                     let s = summaries.entry(i).or_default();
@@ -396,71 +410,4 @@ impl Samplers {
         }
         tick.net = Some(net);
     }
-}
-
-/// Workload `w`'s pids controller (reported) and the tracker's measure: `pids.current` after the
-/// listing of `procs` processes, and where that shows more tasks (threads or zombies), the live
-/// threads and `pids.current` once more (the larger reading counts).
-fn measure(
-    reader: &PidsReader,
-    w: &crate::discover::Workload,
-    procs: usize,
-    track: bool,
-    buf: &mut Vec<u8>,
-    errors: &mut Vec<ReadError>,
-) -> (Reading<PidsSample>, zombies::Measure) {
-    let mut m = zombies::Measure::default();
-    let dir = match reader.open(&w.cgroup) {
-        Ok(Some(d)) => d,
-        Ok(None) => return (Reading::Absent, m),
-        Err(e) => {
-            errors.push(e);
-            return (Reading::Failed, m);
-        }
-    };
-    let sample = match dir.sample(buf) {
-        Ok(s) => s,
-        Err(e) => {
-            errors.push(e);
-            return (Reading::Failed, m);
-        }
-    };
-    let Some(first) = sample else {
-        return (Reading::Absent, m);
-    };
-    m.current = Some(first.current);
-    m.live = procs;
-    if !track || first.current <= procs as u64 {
-        return (Reading::Read(first), m);
-    }
-    let mut listed = true;
-    for (k, rel) in w.subtree.iter().enumerate() {
-        let read = if k == 0 {
-            dir.threads(buf, &mut m.tids)
-        } else {
-            match reader.open(rel) {
-                Ok(Some(d)) => d.threads(buf, &mut m.tids),
-                Ok(None) => Ok(false),
-                Err(e) => Err(e),
-            }
-        };
-        match read {
-            Ok(true) => {}
-            Ok(false) => listed = listed && k > 0,
-            Err(e) => {
-                errors.push(e);
-                listed = false;
-            }
-        }
-    }
-    m.live = m.tids.len();
-    match dir.current(buf) {
-        Ok(Some(again)) if listed => m.current = Some(first.current.max(again)),
-        Ok(_) => m.current = None,
-        Err(e) => {
-            errors.push(e);
-            m.current = None;
-        }
-    }
-    (Reading::Read(first), m)
 }
