@@ -302,7 +302,10 @@ impl Samplers {
             let mut pids = Vec::new();
             for rel in &w.subtree {
                 let read = match (listed.remove(rel), &mut self.pids) {
-                    (Some(p), _) => Ok(pids.extend(p)),
+                    (Some(p), _) => {
+                        pids.extend(p);
+                        Ok(())
+                    }
                     (None, Some(r)) => r.list_procs(&primary, rel, ino_of(rel), &mut pids),
                     (None, None) => read_procs(&primary, rel).map(|p| pids.extend(p)),
                 };

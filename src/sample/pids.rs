@@ -418,11 +418,12 @@ impl PidsReader {
             }
             self.held.insert(rel.to_owned(), h);
         }
-        let h = self.held.get_mut(rel).map(|h| {
+        let h = self.held.get_mut(rel);
+        if let Some(h) = h {
             h.pass = pass;
-            h
-        });
-        Ok(h)
+            return Ok(Some(h));
+        }
+        Ok(None)
     }
 
     fn open_entry(&self, rel: &str, ino: u64) -> Result<Option<Held>, ReadError> {
