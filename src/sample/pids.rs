@@ -62,6 +62,8 @@ struct Held {
     dir: Option<OwnedFd>,
     /// Its directory in the hierarchy `cgroup.procs` is listed from, where that is another one.
     procs_dir: Option<OwnedFd>,
+    /// `cgroup.procs` is listed from `procs_dir` (another hierarchy), never from `dir`.
+    split: bool,
     /// `pids.current`, `pids.max`, opened on first read and re-read with `pread`.
     files: [Option<File>; 2],
     /// The pass that last used it; entries the latest pass did not use are closed.
@@ -457,6 +459,7 @@ impl PidsReader {
             ino,
             dir,
             procs_dir,
+            split: self.procs_root.is_some(),
             opened: self.pass,
             pass: self.pass,
             ..Held::default()
@@ -506,7 +509,8 @@ fn read_one(
         return Ok(true);
     }
     let dir = match which {
-        Which::Procs => h.procs_dir.as_ref().or(h.dir.as_ref()),
+        Which::Procs if h.split => h.procs_dir.as_ref(),
+        Which::Procs => h.dir.as_ref(),
         _ => h.dir.as_ref(),
     };
     let Some(dir) = dir else {
@@ -733,6 +737,16 @@ mod tests {
         r.finish_pass();
         // Both directories and the two pids files.
         assert_eq!(r.stats().held_files, 4);
+        // Gone from the primary hierarchy only: no processes (not the pids hierarchy's list).
+        let b = cgroup(primary.path(), "b", 0, "");
+        cgroup(pids.path(), "b", 1, "21\n");
+        std::fs::remove_dir_all(primary.path().join("b")).unwrap();
+        out.clear();
+        r.begin_pass();
+        r.list_procs(primary.path(), "/b", b, &mut out).unwrap();
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(r.read("/b", b).unwrap().map(|s| s.current), Some(1));
+        r.finish_pass();
         out.clear();
         r.begin_pass();
         r.list_procs(primary.path(), "/gone", 0, &mut out).unwrap();
