@@ -175,3 +175,35 @@ fn a_workload_without_a_pids_controller_is_scanned_every_tick() {
         );
     }
 }
+
+#[test]
+fn held_pids_files_follow_a_cgroup_removed_and_made_again_under_its_name() {
+    let Some(mut n) = node() else { return };
+    let p = n.pod(Driver::Cgroupfs, QosClass::Burstable, "feeds", "backend-0");
+    let c = n.container(&p, "app", 0);
+    let first = n.spawn(&c, &["--comm", "first", "zombies", "1"]);
+    let mut agent = n.agent();
+    agent.tick();
+    let snap = agent.tick();
+    assert_eq!(
+        zombies(of(&snap, "app")),
+        (Some(1), Some(1), vec![(first, "first".into(), 1)])
+    );
+    assert_eq!(of(&snap, "app").pids.map(|p| p.value.current), Some(2));
+    assert!(snap.inputs.pids_files_open.is_some_and(|n| n > 0));
+
+    // rmdir and mkdir of the same name between two ticks: the held descriptors are of the old
+    // cgroup (cgroupfs answers their reads with ENODEV); the new one is read.
+    n.remove_cgroup(&c);
+    n.mkdir(&c.cgroup);
+    let second = n.spawn(&c, &["--comm", "second", "zombies", "3"]);
+    let snap = agent.tick();
+    assert_eq!(
+        zombies(of(&snap, "app")),
+        (Some(1), Some(3), vec![(second, "second".into(), 3)])
+    );
+    assert_eq!(of(&snap, "app").pids.map(|p| p.value.current), Some(4));
+    let snap = agent.tick();
+    assert_eq!(agent.zombie_work(), QUIET);
+    assert_eq!(of(&snap, "app").zombies.map(|z| z.value), Some(3));
+}

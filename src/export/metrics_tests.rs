@@ -674,6 +674,8 @@ fn full_snapshot() -> Published {
         discovery_dirs_unwatched: 16,
         discovery_dirs_listed: 17,
         discovery_watch_overflows_total: 18,
+        pids_files_open: Some(19),
+        pids_files_unheld: 20,
     };
     s.samplers = catalog::agent::SAMPLERS
         .into_iter()

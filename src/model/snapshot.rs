@@ -103,6 +103,10 @@ pub struct InputStats {
     pub memory_files_open: Option<usize>,
     /// Memory files the last pass opened and closed again because the cap was reached.
     pub memory_files_unheld: usize,
+    /// Descriptors the process sampler holds for pids files; `None` without a pids controller.
+    pub pids_files_open: Option<usize>,
+    /// Cgroups the last pass read without holding their files because the cap was reached.
+    pub pids_files_unheld: usize,
     /// The socket sampler's per-pid cache: socket inodes held, and times its bound bit; `None`
     /// while the socket sampler is off.
     pub socket_cache_entries: Option<u64>,

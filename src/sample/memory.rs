@@ -332,7 +332,7 @@ impl MemoryReader {
 
 /// Reads a whole small file from offset 0 into `buf`. A short read is the end: kernfs' seq
 /// files produce all their text for one read large enough, as regular files do.
-fn pread_all(file: &File, buf: &mut Vec<u8>) -> io::Result<()> {
+pub(crate) fn pread_all(file: &File, buf: &mut Vec<u8>) -> io::Result<()> {
     buf.clear();
     loop {
         if buf.capacity() - buf.len() < 1024 {
@@ -363,7 +363,7 @@ fn pread_all(file: &File, buf: &mut Vec<u8>) -> io::Result<()> {
 
 /// A read or open that says the cgroup went away: `ENODEV` (cgroupfs after rmdir), `ESTALE`,
 /// `ENOENT`, `ESRCH`.
-fn is_gone_file(e: &io::Error) -> bool {
+pub(crate) fn is_gone_file(e: &io::Error) -> bool {
     fsio::is_gone(e) || e.raw_os_error() == Some(nix::libc::ESTALE)
 }
 

@@ -174,6 +174,7 @@ impl Samplers {
         let l = self.logs.tailer.as_ref().map(|t| t.stats());
         let sc = self.net.net.socket_cache();
         let m = self.memory.reader.as_ref().map(MemoryReader::stats);
+        let p = self.processes.pids.as_ref().map(PidsReader::stats);
         crate::model::InputStats {
             non_utf8_cgroups: d.non_utf8_cgroups,
             non_utf8_log_names: d.non_utf8_log_names,
@@ -184,6 +185,8 @@ impl Samplers {
             log_files_skipped_cap: l.map_or(0, |l| l.skipped_cap),
             memory_files_open: m.map(|m| m.held_files),
             memory_files_unheld: m.map_or(0, |m| m.unheld_reads),
+            pids_files_open: p.map(|p| p.held_files),
+            pids_files_unheld: p.map_or(0, |p| p.unheld_reads),
             socket_cache_entries: sc.map(|c| c.entries),
             socket_cache_overflows_total: sc.map_or(0, |c| c.overflows_total),
             socket_pids_walked: sc.map_or(0, |c| c.walked),

@@ -6,10 +6,9 @@ use super::health::{SamplerHealth, SamplerName};
 use super::pids::PidsReader;
 use super::procs::{ProcSummary, ProcTable};
 use super::sampler::{Ctx, Sampler};
-use super::{zombies, Reading};
+use super::zombies;
 use crate::discover::read_procs;
 use crate::error::ReadError;
-use crate::model::PidsSample;
 use std::collections::HashMap;
 
 pub struct ProcessSampler {
@@ -60,21 +59,29 @@ impl Sampler for ProcessSampler {
         let mut listed = ctx.discovery.take_listed();
         let track = self.procs.as_ref().is_some_and(ProcTable::has_children);
         let mut measures = Vec::new();
-        let mut buf = Vec::new();
+        let d = &*ctx.discovery;
+        let ino_of = |rel: &str| d.cgroup_ino(rel);
+        if let Some(reader) = &mut self.pids {
+            reader.begin_pass();
+        }
         for (i, w) in tick.inventory.workloads.iter().enumerate() {
             let mut pids = Vec::new();
             for rel in &w.subtree {
-                match listed
-                    .remove(rel)
-                    .map_or_else(|| read_procs(&primary, rel), Ok)
-                {
-                    Ok(p) => pids.extend(p),
-                    Err(e) => errors.push(e),
+                let read = match (listed.remove(rel), &mut self.pids) {
+                    (Some(p), _) => {
+                        pids.extend(p);
+                        Ok(())
+                    }
+                    (None, Some(r)) => r.list_procs(&primary, rel, ino_of(rel), &mut pids),
+                    (None, None) => read_procs(&primary, rel).map(|p| pids.extend(p)),
+                };
+                if let Err(e) = read {
+                    errors.push(e);
                 }
             }
             // After the listing: a fork in between can only make a spurious difference.
-            if let Some(reader) = &self.pids {
-                let (sample, m) = measure(reader, w, pids.len(), track, &mut buf, &mut errors);
+            if let Some(reader) = &mut self.pids {
+                let (sample, m) = reader.measure(w, &ino_of, pids.len(), track, &mut errors);
                 tick.pids_controller.push(sample);
                 measures.push(m);
             }
@@ -89,6 +96,9 @@ impl Sampler for ProcessSampler {
             }
         }
         let Some(table) = &self.procs else {
+            if let Some(r) = &mut self.pids {
+                r.finish_pass();
+            }
             self.owner_of = owner_of;
             return;
         };
@@ -99,22 +109,25 @@ impl Sampler for ProcessSampler {
             measures: (self.pids.is_some() && track).then_some(measures.as_slice()),
             has_unified: ctx.layout.unified().is_some(),
         };
-        let pids_reader = self.pids.as_ref();
+        let mut pids_reader = self.pids.as_mut();
         let remeasure = |i: usize, errors: &mut Vec<ReadError>| {
             let w = &workloads[i];
-            let mut n = 0;
+            let Some(r) = pids_reader.as_deref_mut() else {
+                return zombies::Measure::default();
+            };
+            let mut listed = Vec::new();
             for rel in &w.subtree {
-                match read_procs(&primary, rel) {
-                    Ok(p) => n += p.len(),
-                    Err(e) => errors.push(e),
+                if let Err(e) = r.list_procs(&primary, rel, ino_of(rel), &mut listed) {
+                    errors.push(e);
                 }
             }
-            match pids_reader {
-                Some(r) => measure(r, w, n, true, &mut Vec::new(), errors).1,
-                None => zombies::Measure::default(),
-            }
+            r.measure(w, &ino_of, listed.len(), true, errors).1
         };
-        match self.zombies.tick(table, &input, remeasure, &mut errors) {
+        let ticked = self.zombies.tick(table, &input, remeasure, &mut errors);
+        if let Some(r) = &mut self.pids {
+            r.finish_pass();
+        }
+        match ticked {
             Ok(zombies) => {
                 for (i, z) in zombies {
                     let s = summaries.entry(i).or_default();
@@ -131,71 +144,4 @@ impl Sampler for ProcessSampler {
         }
         self.owner_of = owner_of;
     }
-}
-
-/// Workload `w`'s pids controller (reported) and the tracker's measure: `pids.current` after the
-/// listing of `procs` processes, and where that shows more tasks (threads or zombies), the live
-/// threads and `pids.current` once more (the larger reading counts).
-fn measure(
-    reader: &PidsReader,
-    w: &crate::discover::Workload,
-    procs: usize,
-    track: bool,
-    buf: &mut Vec<u8>,
-    errors: &mut Vec<ReadError>,
-) -> (Reading<PidsSample>, zombies::Measure) {
-    let mut m = zombies::Measure::default();
-    let dir = match reader.open(&w.cgroup) {
-        Ok(Some(d)) => d,
-        Ok(None) => return (Reading::Absent, m),
-        Err(e) => {
-            errors.push(e);
-            return (Reading::Failed, m);
-        }
-    };
-    let sample = match dir.sample(buf) {
-        Ok(s) => s,
-        Err(e) => {
-            errors.push(e);
-            return (Reading::Failed, m);
-        }
-    };
-    let Some(first) = sample else {
-        return (Reading::Absent, m);
-    };
-    m.current = Some(first.current);
-    m.live = procs;
-    if !track || first.current <= procs as u64 {
-        return (Reading::Read(first), m);
-    }
-    let mut listed = true;
-    for (k, rel) in w.subtree.iter().enumerate() {
-        let read = if k == 0 {
-            dir.threads(buf, &mut m.tids)
-        } else {
-            match reader.open(rel) {
-                Ok(Some(d)) => d.threads(buf, &mut m.tids),
-                Ok(None) => Ok(false),
-                Err(e) => Err(e),
-            }
-        };
-        match read {
-            Ok(true) => {}
-            Ok(false) => listed = listed && k > 0,
-            Err(e) => {
-                errors.push(e);
-                listed = false;
-            }
-        }
-    }
-    m.live = m.tids.len();
-    match dir.current(buf) {
-        Ok(Some(again)) if listed => m.current = Some(first.current.max(again)),
-        Ok(_) => m.current = None,
-        Err(e) => {
-            errors.push(e);
-            m.current = None;
-        }
-    }
-    (Reading::Read(first), m)
 }

@@ -105,6 +105,15 @@ pub fn parse_stat(bytes: &[u8]) -> Result<ProcEntry, ParseError> {
     })
 }
 
+/// Pure: the last allocated pid of `/proc/loadavg` (`0.20 0.18 0.12 1/80 11206`: 11206).
+pub fn parse_last_pid(bytes: &[u8]) -> Result<u32, ParseError> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|t| t.split_ascii_whitespace().nth(4))
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| ParseError::new("loadavg: no last pid"))
+}
+
 /// Pure: the v2 path from `/proc/<pid>/cgroup` (the `0::` line).
 pub fn parse_unified_path(text: &str) -> Option<&str> {
     text.lines()
@@ -198,24 +207,39 @@ impl ProcTable {
 
     /// Every process's stat line, with its start time. Pids that exit between listing and
     /// reading are skipped; one unreadable pid is reported in `errors` and the scan goes on.
-    /// `skip` leaves out pids known to be alive (the tracker's staleness pass).
+    /// `skip` leaves out pids known to be alive.
     pub fn scan_with(
         &self,
         mut skip: impl FnMut(u32) -> bool,
     ) -> Result<(Vec<Scanned>, Vec<ReadError>), ReadError> {
+        let pids = self.list_pids()?;
+        Ok(self.read_pids(pids.into_iter().filter(|&p| !skip(p))))
+    }
+
+    /// The pids /proc lists (processes, not threads).
+    pub fn list_pids(&self) -> Result<Vec<u32>, ReadError> {
         let rd = std::fs::read_dir(&self.root).map_err(|e| ReadError::io(&self.root, e))?;
+        let mut out = Vec::with_capacity(512);
+        for entry in rd.flatten() {
+            if let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            {
+                out.push(pid);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The stat lines of `pids`, with their start times; pids gone meanwhile are skipped, one
+    /// unreadable pid is reported in the errors and the reads go on.
+    pub fn read_pids(&self, pids: impl Iterator<Item = u32>) -> (Vec<Scanned>, Vec<ReadError>) {
         let mut out = Vec::with_capacity(512);
         let mut errors = Vec::new();
         let mut buf = Vec::with_capacity(512);
         let mut rel = String::with_capacity(16);
-        for entry in rd.flatten() {
-            let name = entry.file_name();
-            let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            if skip(pid) {
-                continue;
-            }
+        for pid in pids {
             rel.clear();
             use std::fmt::Write;
             let _ = write!(rel, "{pid}/stat");
@@ -236,7 +260,18 @@ impl ProcTable {
                 Err(e) => errors.push(e),
             }
         }
-        Ok((out, errors))
+        (out, errors)
+    }
+
+    /// The pid the kernel allocated last (`/proc/loadavg`'s last field); `Ok(None)` when that
+    /// file is missing (not a Linux procfs).
+    pub fn last_pid(&self, buf: &mut Vec<u8>) -> Result<Option<u32>, ReadError> {
+        if !self.read_at("loadavg", buf)? {
+            return Ok(None);
+        }
+        parse_last_pid(buf)
+            .map(Some)
+            .map_err(|e| ReadError::parse(&self.root.join("loadavg"), e))
     }
 
     /// Every process's stat line (see [`ProcTable::scan_with`]).
@@ -391,6 +426,13 @@ mod tests {
         // More listed than charged (a fork between the reads) or known than shown: nothing.
         assert_eq!(unknown_zombies(5, 6, 0), 0);
         assert_eq!(unknown_zombies(8, 6, 4), 0);
+    }
+
+    #[test]
+    fn last_pid_of_loadavg() {
+        assert_eq!(parse_last_pid(b"0.20 0.18 0.12 1/80 11206\n"), Ok(11206));
+        assert!(parse_last_pid(b"0.20 0.18 0.12 1/80").is_err());
+        assert!(parse_last_pid(b"0.20 0.18 0.12 1/80 x").is_err());
     }
 
     #[test]

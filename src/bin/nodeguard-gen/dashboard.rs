@@ -269,12 +269,14 @@ fn rows() -> Vec<Row> {
                     .q("increase(nodeguard_config_reload_failures_total{@N}[$__range])", "refused {{node}}")
                     .q("nodeguard_config_restart_required{@N}", "restart required {{node}}"),
                 panel("Files held", Timeseries, "short", 8)
-                    .desc("Open fds against what the readers hold: log files, cgroup memory files (and those read unheld past the cap), and entries the log tailer skipped.")
+                    .desc("Open fds against what the readers hold: log files, cgroup memory and pids files (and those read unheld past the caps), and entries the log tailer skipped.")
                     .q("nodeguard_process_open_fds{@N}", "open fds {{node}}")
                     .q("nodeguard_log_files_open{@N}", "log files open {{node}}")
                     .q("nodeguard_log_files_skipped{@N}", "skipped {{node}} {{reason}}")
                     .q("nodeguard_memory_files_open{@N}", "memory files open {{node}}")
-                    .q("nodeguard_memory_files_unheld{@N}", "memory files unheld {{node}}"),
+                    .q("nodeguard_memory_files_unheld{@N}", "memory files unheld {{node}}")
+                    .q("nodeguard_pids_files_open{@N}", "pids files open {{node}}")
+                    .q("nodeguard_pids_files_unheld{@N}", "pids cgroups unheld {{node}}"),
                 panel("Cgroup discovery", Timeseries, "short", 8)
                     .desc("The kept cgroup tree: directories held open (and kept past the cap without a descriptor), without an inotify watch (listed every scan), listed by the last scan; inotify queue overflows (each re-lists the whole tree once).")
                     .q("nodeguard_discovery_dirs_held{@N}", "held {{node}}")

@@ -76,6 +76,32 @@ pub const FAMILIES: &[Family<Published>] = &[
             }
         }),
     Meta {
+        name: "pids_files_open",
+        ty: Gauge,
+        unit: None,
+        help: "Cgroup directories and pids files the process sampler holds open.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| {
+        if let Some(n) = s.inputs.pids_files_open {
+            out.add(&[], n);
+        }
+    }),
+    Meta {
+        name: "pids_files_unheld",
+        ty: Gauge,
+        unit: None,
+        help: "Cgroups the last pass read by opening and closing their files because the open-file cap was reached.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| {
+        if s.inputs.pids_files_open.is_some() {
+            out.add(&[], s.inputs.pids_files_unheld);
+        }
+    }),
+    Meta {
         name: "socket_cache_entries",
         ty: Gauge,
         unit: None,
