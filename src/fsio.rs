@@ -477,3 +477,87 @@ mod tests {
         );
     }
 }
+
+/// What holds descriptors between ticks, each bounded by its own cap and by its share of the
+/// soft `RLIMIT_NOFILE`. One table, so the shares cannot add up to more than the limit: they sum
+/// to 28/32, and an eighth always stays for the transient reads of a tick (`/proc`, cgroup and
+/// netns files opened and closed) whatever the peers, the log trees and the cgroup tree do.
+/// The agent raises its soft limit to the hard one at start (`cli.rs`): on a usual node
+/// (524,288 or more) the holders' own caps bite first and these shares only guard low limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FdHolder {
+    /// HTTP connections (`http.max_connections`).
+    Http,
+    /// Log files of the tailer.
+    Logs,
+    /// `/proc/<pid>/fd` directories of the socket pass.
+    Sockets,
+    /// cgroup memory files.
+    Memory,
+    /// Discovery's cgroup directories.
+    Discovery,
+    /// The process sampler's pids files and directories.
+    Pids,
+    /// Pod netns files (`nf_conntrack` stat, `sockstat`, `sockstat6`).
+    Netns,
+}
+
+impl FdHolder {
+    pub const ALL: [FdHolder; 7] = [
+        FdHolder::Http,
+        FdHolder::Logs,
+        FdHolder::Sockets,
+        FdHolder::Memory,
+        FdHolder::Discovery,
+        FdHolder::Pids,
+        FdHolder::Netns,
+    ];
+
+    /// The share of the soft limit, in 32nds.
+    pub const fn share_32nds(self) -> u64 {
+        match self {
+            FdHolder::Http => 8,
+            FdHolder::Logs => 8,
+            FdHolder::Sockets => 6,
+            FdHolder::Memory => 3,
+            FdHolder::Discovery => 1,
+            FdHolder::Pids => 1,
+            FdHolder::Netns => 1,
+        }
+    }
+
+    /// This holder's descriptors under a soft limit of `soft` (`RLIM_INFINITY` is `u64::MAX`).
+    pub fn of_limit(self, soft: u64) -> usize {
+        let share = u128::from(soft) * u128::from(self.share_32nds()) / 32;
+        usize::try_from(share).unwrap_or(usize::MAX)
+    }
+
+    /// `wanted`, at most this holder's share of the soft limit as it is now (1,024 assumed
+    /// when it cannot be read).
+    pub fn cap(self, wanted: usize) -> usize {
+        use nix::sys::resource::{getrlimit, Resource};
+        let soft = getrlimit(Resource::RLIMIT_NOFILE).map_or(1024, |(soft, _)| soft);
+        wanted.min(self.of_limit(soft))
+    }
+}
+
+#[cfg(test)]
+mod fd_budget_tests {
+    use super::FdHolder;
+
+    #[test]
+    fn the_shares_leave_an_eighth_of_any_limit() {
+        let total: u64 = FdHolder::ALL.iter().map(|h| h.share_32nds()).sum();
+        assert_eq!(total, 28);
+        for soft in [64, 1024, 4096, 1_048_576] {
+            let held: usize = FdHolder::ALL.iter().map(|h| h.of_limit(soft)).sum();
+            assert!(held as u64 <= soft - soft / 8, "{soft}: {held}");
+        }
+        assert_eq!(FdHolder::Http.of_limit(1024), 256);
+        assert_eq!(FdHolder::Logs.of_limit(1024), 256);
+        assert_eq!(FdHolder::Sockets.of_limit(1024), 192);
+        // RLIM_INFINITY: no overflow, no share to speak of.
+        assert!(FdHolder::Pids.of_limit(u64::MAX) >= 1 << 40);
+        assert_eq!(FdHolder::Memory.cap(0), 0);
+    }
+}

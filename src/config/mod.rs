@@ -120,7 +120,7 @@ pub const DEFAULT_FULL_WALK_EVERY: u32 = 12;
 /// Largest `samplers.sockets.full_walk_every`: a day of 5 s ticks.
 pub const MAX_FULL_WALK_EVERY: u64 = 17_280;
 
-/// Largest `samplers.logs.max_open_files`; the agent lowers it further to half its fd limit.
+/// Largest `samplers.logs.max_open_files`; the agent lowers it further to a quarter of its fd limit (`fsio::FdHolder`).
 pub const MAX_LOG_OPEN_FILES: usize = 1 << 20;
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]

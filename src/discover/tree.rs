@@ -27,7 +27,7 @@ use std::path::Path;
 
 /// Each directory is re-listed at least once every this many scans (60 s at the 5 s default).
 pub const ROTATION: u64 = 12;
-/// Cgroup directories held open, at most (and a sixteenth of the soft `RLIMIT_NOFILE`): ~450 on
+/// Cgroup directories held open, at most (and 1/32 of the soft `RLIMIT_NOFILE`): ~450 on
 /// a 110-pod node.
 pub const DEFAULT_MAX_HELD_DIRS: usize = 4096;
 /// Inotify watches, at most (the kernel's own limit is per user, shared with systemd and
@@ -587,15 +587,9 @@ fn list(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u64)>> {
     Ok(out)
 }
 
-/// `wanted`, at most a sixteenth of the soft `RLIMIT_NOFILE` (logs keep up to half, sockets a
-/// quarter, memory an eighth).
+/// `wanted`, at most discovery's share of the fd limit (`fsio::FdHolder`).
 fn fd_share(wanted: usize) -> usize {
-    use nix::sys::resource::{getrlimit, Resource};
-    let share = match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, _)) => usize::try_from(soft / 16).unwrap_or(usize::MAX),
-        Err(_) => 64,
-    };
-    wanted.min(share)
+    fsio::FdHolder::Discovery.cap(wanted)
 }
 
 #[cfg(test)]

@@ -18,14 +18,10 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-/// Share of the open file limit the server may use; the rest is the samplers' reserve (log
-/// files, /proc and cgroup reads, netns handles).
-const FD_SHARE_DIVISOR: u64 = 4;
-
 /// The connection cap actually used: the configured one, lowered to a quarter of the open file
 /// limit so that no number of clients can starve the samplers of descriptors.
 pub fn connection_cap(configured: usize, nofile_soft: u64) -> usize {
-    let share = usize::try_from(nofile_soft / FD_SHARE_DIVISOR).unwrap_or(usize::MAX);
+    let share = crate::fsio::FdHolder::Http.of_limit(nofile_soft);
     configured.min(share).max(1)
 }
 

@@ -367,14 +367,9 @@ pub(crate) fn is_gone_file(e: &io::Error) -> bool {
     fsio::is_gone(e) || e.raw_os_error() == Some(nix::libc::ESTALE)
 }
 
-/// `wanted`, at most an eighth of the soft `RLIMIT_NOFILE`.
+/// `wanted`, at most the memory files' share of the fd limit (`fsio::FdHolder`).
 fn fd_share(wanted: usize) -> usize {
-    use nix::sys::resource::{getrlimit, Resource};
-    let eighth = match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, _)) => usize::try_from(soft / 8).unwrap_or(usize::MAX),
-        Err(_) => 128,
-    };
-    wanted.min(eighth)
+    fsio::FdHolder::Memory.cap(wanted)
 }
 
 #[cfg(test)]

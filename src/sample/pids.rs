@@ -538,15 +538,9 @@ fn read_one(
     Ok(true)
 }
 
-/// `wanted`, at most a sixteenth of the soft `RLIMIT_NOFILE` (memory takes an eighth, logs up
-/// to half, socket fd directories a quarter).
+/// `wanted`, at most the pids files' share of the fd limit (`fsio::FdHolder`).
 fn fd_share(wanted: usize) -> usize {
-    use nix::sys::resource::{getrlimit, Resource};
-    let share = match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, _)) => usize::try_from(soft / 16).unwrap_or(usize::MAX),
-        Err(_) => 64,
-    };
-    wanted.min(share)
+    crate::fsio::FdHolder::Pids.cap(wanted)
 }
 
 #[cfg(test)]

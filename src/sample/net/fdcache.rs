@@ -38,7 +38,7 @@ pub use crate::config::DEFAULT_FULL_WALK_EVERY;
 /// tick, as before the cache, and `overflows_total` counts it.
 pub const MAX_CACHED_SOCKETS: usize = 131_072;
 
-/// Fd directories held open, at most (and at most a quarter of the soft `RLIMIT_NOFILE`): 8x the
+/// Fd directories held open, at most (and at most 3/16 of the soft `RLIMIT_NOFILE`): 8x the
 /// 110-pod bench node's pids. A pid beyond it is `stat`ed by path each tick (exact, slower) and
 /// counted in `overflows_total`.
 pub const MAX_HELD_DIRS: usize = 16_384;
@@ -868,14 +868,9 @@ fn attribute(
     c.udp += udp;
 }
 
-/// Up to [`MAX_HELD_DIRS`], and a quarter of the soft `RLIMIT_NOFILE` (log files take up to half).
+/// Up to [`MAX_HELD_DIRS`], and the socket pass's share of the fd limit (`fsio::FdHolder`).
 fn held_dirs_cap() -> usize {
-    use nix::sys::resource::{getrlimit, Resource};
-    let quarter = match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, _)) => usize::try_from(soft / 4).unwrap_or(usize::MAX),
-        Err(_) => 256,
-    };
-    MAX_HELD_DIRS.min(quarter)
+    crate::fsio::FdHolder::Sockets.cap(MAX_HELD_DIRS)
 }
 
 /// The decimal digits of `n`, without allocating a `String`.

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 /// A namespace's cached addresses are read again after this long.
 pub const ADDR_REFRESH: Duration = Duration::from_secs(60);
 
-/// Namespaces whose files are held (3 descriptors each), at most, and at most an eighth of the
-/// soft `RLIMIT_NOFILE` in descriptors. Pod namespaces are made by the orchestrator, not by
+/// Namespaces whose files are held (3 descriptors each), at most, and at most 1/32 of the
+/// soft `RLIMIT_NOFILE` in descriptors (`fsio::FdHolder`). Pod namespaces are made by the orchestrator, not by
 /// workloads (a kubelet allows 110 pods by default); beyond the bound files are opened by path
 /// each tick, as before (exact, slower).
 pub const MAX_HELD_NETNS: usize = 1024;
@@ -71,16 +71,13 @@ pub struct NetnsFiles {
 
 impl NetnsFiles {
     pub fn new(proc_root: PathBuf) -> Self {
-        use nix::sys::resource::{getrlimit, Resource};
-        let eighth = match getrlimit(Resource::RLIMIT_NOFILE) {
-            Ok((soft, _)) => usize::try_from(soft / 8 / 3).unwrap_or(usize::MAX),
-            Err(_) => 32,
-        };
+        // Three descriptors a namespace, within the netns files' share of the fd limit.
+        let share = crate::fsio::FdHolder::Netns.cap(usize::MAX) / 3;
         NetnsFiles {
             proc_root,
             tick: 0,
             by_ns: HashMap::new(),
-            max: MAX_HELD_NETNS.min(eighth),
+            max: MAX_HELD_NETNS.min(share),
             buf: Vec::with_capacity(4096),
         }
     }

@@ -149,9 +149,9 @@ impl LogTailer {
         }
     }
 
-    /// Caps the log files held open at once (at least 1), and at half of the soft fd limit
-    /// (`RLIMIT_NOFILE` as it is now) so that logs can never take the descriptors the other
-    /// samplers and the HTTP server need.
+    /// Caps the log files held open at once (at least 1), and at their share of the soft fd
+    /// limit (a quarter of `RLIMIT_NOFILE` as it is now, `fsio::FdHolder`) so that logs can
+    /// never take the descriptors the other samplers and the HTTP server need.
     pub fn with_max_open_files(mut self, max_open_files: usize) -> Self {
         self.max_open_files = fd_reserve_cap(max_open_files);
         self
@@ -449,14 +449,9 @@ fn is_fd_exhaustion(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(c) if c == nix::libc::EMFILE || c == nix::libc::ENFILE)
 }
 
-/// `wanted`, at least 1 and at most half the soft `RLIMIT_NOFILE`.
+/// `wanted`, at least 1 and at most the log files' share of the fd limit ([`FdHolder`]).
 fn fd_reserve_cap(wanted: usize) -> usize {
-    use nix::sys::resource::{getrlimit, Resource};
-    let half = match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, _)) => usize::try_from(soft / 2).unwrap_or(usize::MAX),
-        Err(_) => 512,
-    };
-    wanted.min(half).max(1)
+    crate::fsio::FdHolder::Logs.cap(wanted).max(1)
 }
 /// Reads `t` from its offset up to its current size or until the budget is spent. Returns true
 /// when it reached the size it had at the start of the call.
