@@ -3,7 +3,8 @@
 //! kernel-log `oom-kill:` record and an ordinary record.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use nodeguard::discover::{kubelet, parse_procs};
+use nodeguard::cgroupfs::parse_procs;
+use nodeguard::discover::kubelet;
 use nodeguard::sample::kmsg::{parse_header, parse_message};
 use nodeguard::sample::logs::cri::{parse_line, CriCounter};
 use nodeguard::sample::memory::{parse_keyed, parse_limit, parse_u64};

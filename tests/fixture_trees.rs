@@ -4,10 +4,11 @@
 //! exactly; one table-driven test per tree, then scenarios derived from the v2 tree.
 
 use nodeguard::agent::Agent;
+use nodeguard::cgroupfs::CgroupLayout;
 use nodeguard::clock::ManualClock;
 use nodeguard::config::Config;
 use nodeguard::discover::names::NameSource;
-use nodeguard::discover::{CgroupLayout, Discovery, DiscoveryConfig};
+use nodeguard::discover::{Discovery, DiscoveryConfig};
 use nodeguard::export::metrics::{registry, render, SharedSnapshot};
 use nodeguard::model::{Held, PodSignals, Published, Snapshot, WorkloadSignals};
 use std::fmt::{Display, Write as _};

@@ -7,8 +7,9 @@
 //! below (no failure-persistence files).
 
 use nodeguard::action::state;
+use nodeguard::cgroupfs::parse_procs;
 use nodeguard::config::Config;
-use nodeguard::discover::{kubelet, names, parse_procs};
+use nodeguard::discover::{kubelet, names};
 use nodeguard::sample::logs::cri::{self, CriCounter, LineCounts, HEADER_CAP};
 use nodeguard::sample::net::{addrs, conntrack, ctnetlink, inet, sockets, sockstat};
 use nodeguard::sample::procs;

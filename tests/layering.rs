@@ -10,6 +10,7 @@ const LAYERS: &[&[&str]] = &[
     &["model"],
     &["clock", "error"],
     &["fsio"],
+    &["cgroupfs"],
     &["config"],
     &["discover"],
     &["sample"],

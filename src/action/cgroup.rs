@@ -2,7 +2,7 @@
 //! hold started: a cgroup recreated at the same path is a different inode and is never touched.
 
 use super::{Actuator, Outcome};
-use crate::discover::{join_rel, CgroupLayout};
+use crate::cgroupfs::{join_rel, CgroupLayout};
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, Mode};
 use std::io::{Read, Write};
@@ -164,7 +164,7 @@ fn walk_subtree(
         )));
     }
     match std::fs::read_to_string(dir.join("cgroup.procs")) {
-        Ok(t) => pids.extend(crate::discover::parse_procs(&t)),
+        Ok(t) => pids.extend(crate::cgroupfs::parse_procs(&t)),
         // A cgroup removed while we walk has no processes left to protect or signal (and a
         // directory listing below tells whether it is gone).
         Err(e) if crate::fsio::is_gone(&e) => {}

@@ -2,23 +2,21 @@
 //! No API server is needed; the same walk finds systemd units and other cgroups on a plain host.
 
 pub mod kubelet;
-pub mod layout;
 pub mod names;
 mod tree;
 pub use tree::TreeStats;
 
+use crate::cgroupfs::CgroupLayout;
+use crate::cgroupfs::{join_rel, read_procs};
 use crate::error::ReadError;
-use crate::fsio::{self, unescape_name};
+use crate::fsio;
 use crate::model::WorkloadId;
 use kubelet::{KubeCgroup, QosClass};
-pub use layout::CgroupLayout;
 use names::{NameIndex, NameSource};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsStr;
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -523,7 +521,7 @@ pub struct DiscoveryStats {
 /// is churn and simply not listed; a symlink is not a cgroup and is not followed.
 #[cfg(test)]
 fn walk(
-    root: &Path,
+    root: &std::path::Path,
     rel: &str,
     out: &mut Walked,
     stats: &mut DiscoveryStats,
@@ -557,31 +555,11 @@ fn subtree_end(dirs: &[String], i: usize) -> usize {
     j
 }
 
-/// `<hierarchy root><rel>`; `rel` is absolute within the hierarchy, with names escaped as the
-/// walk lists them: the path names the very directory listed, even one whose name is not UTF-8.
-pub fn join_rel(root: &Path, rel: &str) -> PathBuf {
-    let t = rel.trim_start_matches('/');
-    if t.is_empty() {
-        root.to_path_buf()
-    } else {
-        root.join(OsStr::from_bytes(&unescape_name(t)))
-    }
-}
-
-/// Pids listed in a cgroup's `cgroup.procs` (zombies are not listed: see KERNEL-TRAPS).
-pub fn read_procs(root: &Path, rel: &str) -> Result<Vec<u32>, ReadError> {
-    let path = join_rel(root, rel).join("cgroup.procs");
-    let text = crate::fsio::read_optional(&path)?.unwrap_or_default();
-    Ok(parse_procs(&text))
-}
-
-/// Pure: one pid per line; junk lines are skipped.
-pub fn parse_procs(text: &str) -> Vec<u32> {
-    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
     #[test]
     fn an_unlinked_cgroup_in_runc_init_is_not_judged_yet() {
         let v = |c: &[&str]| {
@@ -606,11 +584,6 @@ mod tests {
         assert_eq!(subtree_end(&dirs, 1), 3);
         assert_eq!(subtree_end(&dirs, 0), 5);
         assert_eq!(subtree_end(&dirs, 3), 4);
-    }
-
-    #[test]
-    fn procs_parse() {
-        assert_eq!(parse_procs("1\n22\n\nx\n333\n"), vec![1, 22, 333]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! Working set = usage - inactive file, floored at zero, as cAdvisor and the kubelet define it.
 
-use crate::discover::join_rel;
+use crate::cgroupfs::join_rel;
 use crate::error::{ParseError, ReadError};
 use crate::fsio::{self, unescape_name};
 use nix::fcntl::OFlag;

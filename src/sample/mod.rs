@@ -14,8 +14,9 @@ pub mod sampler;
 pub mod selfstat;
 pub mod zombies;
 
+use crate::cgroupfs::CgroupLayout;
 use crate::clock::Clock;
-use crate::discover::{CgroupLayout, Discovery, Inventory};
+use crate::discover::{Discovery, Inventory};
 use crate::error::ReadError;
 use crate::model::{NodePids, PidsSample, SamplerStatus};
 use health::{thread_cpu, SamplerHealth};

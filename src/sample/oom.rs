@@ -287,8 +287,9 @@ fn log_kill(k: &OomKill, a: Option<&AttributedOom>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroupfs::CgroupLayout;
     use crate::discover::names::NameSource;
-    use crate::discover::{CgroupLayout, DiscoveryConfig, Workload};
+    use crate::discover::{DiscoveryConfig, Workload};
     use crate::model::QosClass;
 
     const ID: &str = "4f5c1b2a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b";

@@ -7,7 +7,7 @@ use super::pids::PidsReader;
 use super::procs::{ProcSummary, ProcTable};
 use super::sampler::{Ctx, Sampler};
 use super::zombies;
-use crate::discover::read_procs;
+use crate::cgroupfs::read_procs;
 use crate::error::ReadError;
 use std::collections::HashMap;
 

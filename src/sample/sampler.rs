@@ -7,8 +7,9 @@ use super::memory::MemoryReader;
 use super::net::sampler::NetSampler;
 use super::oom::KmsgSource;
 use super::{Reading, TickSample};
+use crate::cgroupfs::CgroupLayout;
 use crate::clock::Clock;
-use crate::discover::{CgroupLayout, Discovery, Inventory};
+use crate::discover::{Discovery, Inventory};
 
 /// What a sampler reads besides its own reader: the clock, the layout, the tree discovery
 /// listed this tick, and the tick so far (the samplers before it have filled their parts).

@@ -10,10 +10,10 @@ pub mod net;
 pub mod snap;
 
 use nodeguard::agent::Agent;
+use nodeguard::cgroupfs::CgroupLayout;
 use nodeguard::clock::SystemClock;
 use nodeguard::config::Config;
 use nodeguard::discover::kubelet::QosClass;
-use nodeguard::discover::CgroupLayout;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};

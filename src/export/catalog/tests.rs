@@ -74,7 +74,7 @@ fn enumerations_come_from_the_enums() {
         values("http_connections_timed_out", "reason"),
         ["header", "idle", "write"]
     );
-    use crate::discover::CgroupLayout;
+    use crate::cgroupfs::CgroupLayout;
     use std::path::PathBuf;
     let p = PathBuf::new;
     let layouts = [
