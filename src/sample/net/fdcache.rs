@@ -113,13 +113,24 @@ struct Kept {
     udp: u64,
 }
 
-/// A socket inode held by `n` kept workloads (`first` one of them; all of them in `shared` when
-/// there are several).
+/// What is known of a socket inode: its protocol, and the `n` kept workloads holding it (`first`
+/// one of them; all of them in `shared` when there are several; `n == 0`: remembered only). One
+/// map for both (24 bytes a bucket), not a protocol map and a holders map beside it.
 #[derive(Clone, Copy)]
-struct Holder {
+struct Known {
     proto: Proto,
     first: u32,
     n: u32,
+}
+
+impl Known {
+    fn remembered(proto: Proto) -> Self {
+        Known {
+            proto,
+            first: 0,
+            n: 0,
+        }
+    }
 }
 
 /// The per-tick result: counts by workload index, and socket inode -> the workload it counts for.
@@ -135,7 +146,8 @@ pub struct SocketCache {
     max: usize,
     tick: u64,
     pids: HashMap<u32, PidEntry>,
-    protos: InoMap<Proto>,
+    /// Socket inode -> protocol and kept holders; at most `max` entries.
+    protos: InoMap<Known>,
     /// Rotation slot of each group (a pod uid, or a host workload's cgroup), dealt round-robin
     /// on first sight so the slots stay balanced.
     slots: HashMap<String, u32>,
@@ -154,8 +166,6 @@ pub struct SocketCache {
     wl: Vec<Option<Kept>>,
     wl_ids: HashMap<String, u32>,
     wl_free: Vec<u32>,
-    /// Socket inode -> the kept workloads holding it; at most the cached sockets (`max`).
-    holders: InoMap<Holder>,
     /// Inodes held by more than one kept workload: which.
     shared: InoMap<Vec<u32>>,
     /// The kept state was dropped: protocols are pruned once it is rebuilt.
@@ -200,7 +210,6 @@ impl SocketCache {
             wl: Vec::new(),
             wl_ids: HashMap::new(),
             wl_free: Vec::new(),
-            holders: InoMap::default(),
             shared: InoMap::default(),
             rebuild: true,
             union_buf: Vec::new(),
@@ -453,7 +462,9 @@ impl SocketCache {
         self.wl.clear();
         self.wl_free.clear();
         self.wl_ids.clear();
-        self.holders = InoMap::default();
+        for k in self.protos.values_mut() {
+            (k.first, k.n) = (0, 0);
+        }
         self.shared = InoMap::default();
         self.rebuild = true;
     }
@@ -487,7 +498,7 @@ impl SocketCache {
                 self.diff(wid, &e.sockets, &union);
                 let (mut tcp, mut udp) = (0, 0);
                 for ino in &union {
-                    match self.holders.get(ino).map(|h| h.proto) {
+                    match self.protos.get(ino).filter(|k| k.n > 0).map(|k| k.proto) {
                         Some(Proto::Tcp) => tcp += 1,
                         Some(Proto::Udp) => udp += 1,
                         _ => {}
@@ -519,14 +530,13 @@ impl SocketCache {
         union.clear();
         self.union_buf = union;
         for ino in std::mem::take(&mut self.unheld) {
-            if !self.holders.contains_key(&ino) {
+            if self.protos.get(&ino).is_some_and(|k| k.n == 0) {
                 self.protos.remove(&ino);
             }
         }
         if self.rebuild {
             // After a per-tick pass: protocols of sockets closed since are not held by anyone.
-            let holders = &self.holders;
-            self.protos.retain(|ino, _| holders.contains_key(ino));
+            self.protos.retain(|_, k| k.n > 0);
             self.rebuild = false;
         }
     }
@@ -558,41 +568,30 @@ impl SocketCache {
     }
 
     fn hold(&mut self, ino: u64, wid: u32) {
-        use std::collections::hash_map::Entry;
-        match self.holders.entry(ino) {
-            Entry::Vacant(v) => {
-                // Learnt by this tick's walk, or remembered; unknown counts nothing.
-                let proto = self
-                    .protos
-                    .get(&ino)
-                    .or_else(|| self.spill.get(&ino))
-                    .copied()
-                    .unwrap_or(Proto::Other);
-                v.insert(Holder {
-                    proto,
-                    first: wid,
-                    n: 1,
-                });
-            }
-            Entry::Occupied(mut o) => {
-                let h = o.get_mut();
-                h.n += 1;
-                let first = h.first;
-                self.shared
-                    .entry(ino)
-                    .or_insert_with(|| vec![first])
-                    .push(wid);
-            }
+        // Learnt by this tick's walk, or remembered; unknown counts nothing.
+        let spilled = self.spill.get(&ino).copied().unwrap_or(Proto::Other);
+        let k = self
+            .protos
+            .entry(ino)
+            .or_insert_with(|| Known::remembered(spilled));
+        if k.n == 0 {
+            (k.first, k.n) = (wid, 1);
+            return;
         }
+        k.n += 1;
+        let first = k.first;
+        self.shared
+            .entry(ino)
+            .or_insert_with(|| vec![first])
+            .push(wid);
     }
 
     fn unhold(&mut self, ino: u64, wid: u32) {
-        let Some(h) = self.holders.get_mut(&ino) else {
+        let Some(h) = self.protos.get_mut(&ino).filter(|k| k.n > 0) else {
             return;
         };
-        h.n = h.n.saturating_sub(1);
+        h.n -= 1;
         if h.n == 0 {
-            self.holders.remove(&ino);
             self.shared.remove(&ino);
             // Its protocol goes at the end of the tick unless another workload took it up
             // (a pid moved between workloads).
@@ -619,7 +618,7 @@ impl SocketCache {
         }
         let first_of = |ws: &[u32]| ws.iter().filter_map(|&w| kept(w)).map(|e| e.index).min();
         for (ino, ws) in &self.shared {
-            let proto = self.holders.get(ino).map_or(Proto::Other, |h| h.proto);
+            let proto = self.protos.get(ino).map_or(Proto::Other, |k| k.proto);
             if proto == Proto::Other {
                 continue;
             }
@@ -637,9 +636,8 @@ impl SocketCache {
             }
         }
         if self.want_owner {
-            let mut owner =
-                InoMap::with_capacity_and_hasher(self.holders.len(), Default::default());
-            for (&ino, h) in &self.holders {
+            let mut owner = InoMap::with_capacity_and_hasher(self.protos.len(), Default::default());
+            for (&ino, h) in self.protos.iter().filter(|(_, k)| k.n > 0) {
                 let i = match self.shared.get(&ino) {
                     Some(ws) => first_of(ws),
                     None => kept(h.first).map(|e| e.index),
@@ -829,7 +827,7 @@ impl SocketCache {
                     continue;
                 };
                 if self.protos.len() < self.max {
-                    self.protos.insert(ino, proto);
+                    self.protos.insert(ino, Known::remembered(proto));
                 } else {
                     // Uncached: known for this tick only, asked again next tick.
                     self.stats.overflows_total += 1;
@@ -845,7 +843,7 @@ impl SocketCache {
 fn attribute(
     i: usize,
     sockets: &[u64],
-    protos: &InoMap<Proto>,
+    protos: &InoMap<Known>,
     spill: &InoMap<Proto>,
     out: &mut Attribution,
 ) {
@@ -857,7 +855,11 @@ fn attribute(
                 v.insert(i);
             }
         }
-        match protos.get(&ino).or_else(|| spill.get(&ino)) {
+        match protos
+            .get(&ino)
+            .map(|k| &k.proto)
+            .or_else(|| spill.get(&ino))
+        {
             Some(Proto::Tcp) => tcp += 1,
             Some(Proto::Udp) => udp += 1,
             _ => {}
