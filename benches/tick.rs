@@ -3,19 +3,15 @@
 //! and the cost of rendering `/metrics` for 250 containers with every signal present (memory with
 //! limits, sockets by state, logs, zombies, pod netns totals, conntrack, a dump, node name).
 
-// The kubelet's names, shared with the test kit (the rest of the kit drives a real kernel).
-#[path = "../tests/common/kubelet.rs"]
-mod kubelet;
+#[path = "support/node.rs"]
+mod node;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use kubelet::Driver;
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
-use nodeguard::config::Config;
 use nodeguard::export::metrics::{registry, render};
 use nodeguard::model::LineCounts;
 use nodeguard::model::PidsSample;
-use nodeguard::model::QosClass;
 use nodeguard::model::WorkloadId;
 use nodeguard::model::ZombieParent;
 use nodeguard::model::{
@@ -23,86 +19,15 @@ use nodeguard::model::{
     Snapshot, SocketCounts, WorkloadSignals,
 };
 use std::collections::BTreeMap;
-use std::fs;
-use std::path::Path;
 use std::sync::{Arc, RwLock};
-
-const PODS: usize = 110;
-const CONTAINERS_PER_POD: usize = 2;
-const PROCS_PER_CONTAINER: usize = 9;
-
-fn write(p: &Path, s: &str) {
-    fs::create_dir_all(p.parent().unwrap()).unwrap();
-    fs::write(p, s).unwrap();
-}
-
-fn build_node(root: &Path) {
-    let cg = root.join("sys/fs/cgroup");
-    write(&cg.join("cgroup.controllers"), "cpu memory pids\n");
-    let mut pid = 1000;
-    for p in 0..PODS {
-        let uid = format!("{p:08x}-0000-4000-8000-000000000000");
-        let pod_dir = cg.join(kubelet::pod_cgroup(
-            Driver::Systemd,
-            QosClass::Burstable,
-            &uid,
-        ));
-        let (ns, pod) = (format!("ns{p}"), format!("pod{p}"));
-        write(
-            &pod_dir.join("memory.events"),
-            "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
-        );
-        for c in 0..CONTAINERS_PER_POD {
-            let id = format!("{p:032x}{c:032x}");
-            let dir = pod_dir.join(kubelet::container_leaf(Driver::Systemd, &id));
-            write(&dir.join("memory.current"), "157286400\n");
-            write(&dir.join("memory.max"), "536870912\n");
-            write(&dir.join("memory.stat"), "anon 104857600\nfile 52428800\nkernel 1048576\nactive_file 20000000\ninactive_file 32428800\n");
-            write(
-                &dir.join("memory.events"),
-                "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
-            );
-            let mut procs = String::new();
-            for _ in 0..PROCS_PER_CONTAINER {
-                procs.push_str(&format!("{pid}\n"));
-                write(
-                    &root.join(format!("proc/{pid}/stat")),
-                    &format!("{pid} (worker) S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"),
-                );
-                pid += 1;
-            }
-            write(&dir.join("cgroup.procs"), &procs);
-            let name = format!("c{c}");
-            let log = root
-                .join("var/log/pods")
-                .join(kubelet::pod_log_dir(&ns, &pod, &uid))
-                .join(&name)
-                .join("0.log");
-            let lines: String = (0..100)
-                .map(|i| kubelet::cri_line(i, "stderr", &format!("line {i}")))
-                .collect();
-            write(&log, &lines);
-            write(
-                &root
-                    .join("var/log/containers")
-                    .join(kubelet::container_log_link(&ns, &pod, &name, &id)),
-                "",
-            );
-        }
-    }
-}
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    build_node(dir.path());
-    let r = dir.path().display();
-    let cfg = Config::from_yaml(&format!(
-        "paths:\n  proc: {r}/proc\n  cgroup: {r}/sys/fs/cgroup\n  pod_logs: {r}/var/log/pods\n  container_logs: {r}/var/log/containers\n  kmsg: {r}/dev/kmsg\n"
-    ))
-    .unwrap();
+    node::build(dir.path());
+    let cfg = node::config(dir.path());
     let mut agent = Agent::new(cfg, Arc::new(SystemClock)).unwrap();
     let first = agent.tick();
-    assert_eq!(first.workloads.len(), PODS * CONTAINERS_PER_POD);
+    assert_eq!(first.workloads.len(), node::PODS * node::CONTAINERS_PER_POD);
     c.bench_function("tick_220_containers_v2_fixture", |b| {
         b.iter(|| agent.tick())
     });
