@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::agent::http_get;
+use common::agent::{http_get, AgentProc};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -138,21 +138,13 @@ fn set_overrides_the_file_at_start_and_at_every_reload() {
     ];
     let overrides = Override::parse_all(&sets).unwrap();
     let hash = |t: &str| nodeguard::config::live::hash(&hashed_text(t, &overrides));
-    let log = dir.path().join("agent.log");
-    let mut child = Command::new(BIN)
-        .arg("--config")
-        .arg(&file)
-        .args(["--config-poll", "200ms"])
-        .args(sets.iter().map(|s| format!("--set={s}")))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let addr = addr.to_string();
+    let mut args: Vec<String> = sets.iter().map(|s| format!("--set={s}")).collect();
+    args.extend(["--config-poll".into(), "200ms".into()]);
+    let mut agent = AgentProc::start_with(&file, addr, dir.path().join("agent.log"), &args);
     let metrics_with = |needle: &str| {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if let Some((200, body)) = http_get(&addr, "/metrics") {
+            if let Some((200, body)) = agent.get("/metrics") {
                 if body.contains(needle) {
                     return Some(body);
                 }
@@ -161,39 +153,27 @@ fn set_overrides_the_file_at_start_and_at_every_reload() {
         }
         None
     };
-    let result = std::panic::catch_unwind(|| {
-        // Listening where --set says, the kmsg source on although the file has it off.
-        let first = format!("hash=\"{}\"", hash(&text("1s")));
-        let body = metrics_with(&first).expect("no config_info with the start hash");
-        assert!(
-            body.contains("nodeguard_feature_available{feature=\"oom_kmsg\""),
-            "{body}"
-        );
-        std::fs::write(&file, text("2s")).unwrap();
-        let second = format!("hash=\"{}\"", hash(&text("2s")));
-        let body = metrics_with(&second).expect("the reload never showed");
-        assert!(
-            body.contains("nodeguard_feature_available{feature=\"oom_kmsg\""),
-            "{body}"
-        );
-        let log = std::fs::read_to_string(&log).unwrap();
-        assert!(log.contains("config reloaded"), "{log}");
-        assert!(!log.contains("restart_required"), "{log}");
-    });
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = child.wait().unwrap();
-    if let Err(e) = result {
-        eprintln!(
-            "agent log:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::panic::resume_unwind(e);
-    }
-    assert!(status.success(), "{status:?}");
+    // Listening where --set says, the kmsg source on although the file has it off.
+    let first = format!("hash=\"{}\"", hash(&text("1s")));
+    let body = metrics_with(&first)
+        .unwrap_or_else(|| panic!("no config_info with the start hash:\n{}", agent.log_text()));
+    assert!(
+        body.contains("nodeguard_feature_available{feature=\"oom_kmsg\""),
+        "{body}"
+    );
+    std::fs::write(&file, text("2s")).unwrap();
+    let second = format!("hash=\"{}\"", hash(&text("2s")));
+    let body = metrics_with(&second)
+        .unwrap_or_else(|| panic!("the reload never showed:\n{}", agent.log_text()));
+    assert!(
+        body.contains("nodeguard_feature_available{feature=\"oom_kmsg\""),
+        "{body}"
+    );
+    let log = agent.log_text();
+    assert!(log.contains("config reloaded"), "{log}");
+    assert!(!log.contains("restart_required"), "{log}");
+    let status = agent.stop(nix::sys::signal::Signal::SIGTERM);
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
 
     // check-config takes --set too, and names a bad one.
     let out = Command::new(BIN)

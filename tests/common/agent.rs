@@ -86,6 +86,11 @@ impl AgentProc {
         AgentProc::launch(Path::new(BIN), None, config, addr, log, join)
     }
 
+    /// `start` with more arguments after `--config FILE` (`--set ...`, `--config-poll ...`).
+    pub fn start_with(config: &Path, addr: SocketAddr, log: PathBuf, args: &[String]) -> AgentProc {
+        AgentProc::launch_with(Path::new(BIN), None, config, addr, log, &[], args)
+    }
+
     /// `start_in` with another binary (an older build) and, if given, inside the network
     /// namespace `netns` (a `/run/netns/...` file; `nsenter` execs, so the pid is the agent's).
     pub fn launch(
@@ -95,6 +100,18 @@ impl AgentProc {
         addr: SocketAddr,
         log: PathBuf,
         join: &[PathBuf],
+    ) -> AgentProc {
+        AgentProc::launch_with(bin, netns, config, addr, log, join, &[])
+    }
+
+    fn launch_with(
+        bin: &Path,
+        netns: Option<&Path>,
+        config: &Path,
+        addr: SocketAddr,
+        log: PathBuf,
+        join: &[PathBuf],
+        args: &[String],
     ) -> AgentProc {
         let err = std::fs::OpenOptions::new()
             .create(true)
@@ -112,10 +129,12 @@ impl AgentProc {
         let child = cmd
             .arg("-c")
             .arg(
-                r#"for f in "$@"; do echo $$ > "$f" || exit 97; done; exec "$NG_BIN" --config "$NG_CONFIG""#,
+                r#"n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; n=$((n - 1)); done; exec "$NG_BIN" --config "$NG_CONFIG" "$@""#,
             )
             .arg("sh")
+            .arg(join.len().to_string())
             .args(join)
+            .args(args)
             .env("NG_BIN", bin)
             .env("NG_CONFIG", config)
             .env_remove("NODE_NAME")
