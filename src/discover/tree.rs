@@ -105,7 +105,7 @@ impl Tree {
             by_wd: HashMap::new(),
             inotify: None,
             inotify_tried: false,
-            max_held: fd_share(DEFAULT_MAX_HELD_DIRS),
+            max_held: fsio::FdHolder::Discovery.cap(DEFAULT_MAX_HELD_DIRS),
             max_watches: DEFAULT_MAX_WATCHES,
             n_held: 0,
             n_watched: 0,
@@ -122,10 +122,10 @@ impl Tree {
         Tree::new(scope).with_limits(0, 0)
     }
 
-    /// Caps the directories held open (at most a sixteenth of the soft fd limit) and watched.
+    /// Caps the directories held open (at most its share of the soft fd limit, `fsio::FdHolder`) and watched.
     #[cfg(test)]
     pub fn with_limits(mut self, max_held: usize, max_watches: usize) -> Self {
-        self.max_held = fd_share(max_held);
+        self.max_held = fsio::FdHolder::Discovery.cap(max_held);
         self.max_watches = max_watches;
         self.inotify_tried = max_watches == 0;
         self
@@ -585,11 +585,6 @@ fn list(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u64)>> {
     }
     out.sort_unstable();
     Ok(out)
-}
-
-/// `wanted`, at most discovery's share of the fd limit (`fsio::FdHolder`).
-fn fd_share(wanted: usize) -> usize {
-    fsio::FdHolder::Discovery.cap(wanted)
 }
 
 #[cfg(test)]

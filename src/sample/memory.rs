@@ -85,7 +85,7 @@ pub fn working_set(usage: u64, inactive_file: u64) -> u64 {
 }
 
 /// Default cap on the memory files held open: 330 cgroups of a 110-pod node hold 1,320.
-/// [`MemoryReader::new`] lowers it to an eighth of the fd limit (logs keep up to half).
+/// [`MemoryReader::new`] lowers it to its share of the fd limit (`fsio::FdHolder`).
 pub const DEFAULT_MAX_HELD_FILES: usize = 4096;
 
 /// The four files of one cgroup, in [`MemoryReader::names`] order: usage, limit, stat, OOM.
@@ -141,7 +141,7 @@ impl MemoryReader {
             v2,
             root_fd: None,
             held: HashMap::new(),
-            max_held: fd_share(DEFAULT_MAX_HELD_FILES),
+            max_held: crate::fsio::FdHolder::Memory.cap(DEFAULT_MAX_HELD_FILES),
             n_held: 0,
             pass: 0,
             buf: Vec::with_capacity(4096),
@@ -149,10 +149,10 @@ impl MemoryReader {
         }
     }
 
-    /// Caps the files held open (0: none, every read opens its file), at most an eighth of the
+    /// Caps the files held open (0: none, every read opens its file), at most its share of the
     /// soft fd limit.
     pub fn with_max_held_files(mut self, max: usize) -> Self {
-        self.max_held = fd_share(max);
+        self.max_held = crate::fsio::FdHolder::Memory.cap(max);
         self
     }
 
@@ -365,11 +365,6 @@ pub(crate) fn pread_all(file: &File, buf: &mut Vec<u8>) -> io::Result<()> {
 /// `ENOENT`, `ESRCH`.
 pub(crate) fn is_gone_file(e: &io::Error) -> bool {
     fsio::is_gone(e) || e.raw_os_error() == Some(nix::libc::ESTALE)
-}
-
-/// `wanted`, at most the memory files' share of the fd limit (`fsio::FdHolder`).
-fn fd_share(wanted: usize) -> usize {
-    fsio::FdHolder::Memory.cap(wanted)
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ pub fn parse_loadavg_tasks(text: &str) -> Result<u64, ParseError> {
 
 /// Default cap on the descriptors held for pids files: per cgroup its directory, `pids.current`
 /// and `pids.max` (and on v1/hybrid hosts its directory in the hierarchy `cgroup.procs` is listed
-/// from): ~880 at 110 pods. [`PidsReader::new`] lowers it to a sixteenth of the fd limit.
+/// from): ~880 at 110 pods. [`PidsReader::new`] lowers it to its share of the fd limit (`fsio::FdHolder`).
 pub const DEFAULT_MAX_HELD_FILES: usize = 2048;
 
 /// The held descriptors of one cgroup.
@@ -146,7 +146,7 @@ impl PidsReader {
             root_fd: None,
             procs_root: None,
             held: HashMap::new(),
-            max_held: fd_share(DEFAULT_MAX_HELD_FILES),
+            max_held: crate::fsio::FdHolder::Pids.cap(DEFAULT_MAX_HELD_FILES),
             n_held: 0,
             pass: 0,
             buf: Vec::with_capacity(4096),
@@ -154,10 +154,10 @@ impl PidsReader {
         }
     }
 
-    /// Caps the descriptors held (0: none, every read opens its files), at most a sixteenth of
+    /// Caps the descriptors held (0: none, every read opens its files), at most its share of
     /// the soft fd limit.
     pub fn with_max_held_files(mut self, max: usize) -> Self {
-        self.max_held = fd_share(max);
+        self.max_held = crate::fsio::FdHolder::Pids.cap(max);
         self
     }
 
@@ -537,11 +537,6 @@ fn read_one(
         h.files[i] = Some(file);
     }
     Ok(true)
-}
-
-/// `wanted`, at most the pids files' share of the fd limit (`fsio::FdHolder`).
-fn fd_share(wanted: usize) -> usize {
-    crate::fsio::FdHolder::Pids.cap(wanted)
 }
 
 #[cfg(test)]

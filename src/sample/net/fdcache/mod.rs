@@ -177,7 +177,8 @@ impl SocketCache {
                 None
             },
             held: 0,
-            max_held: held_dirs_cap(),
+            // Up to MAX_HELD_DIRS, and the socket pass's share of the fd limit.
+            max_held: crate::fsio::FdHolder::Sockets.cap(MAX_HELD_DIRS),
             next_gen: 0,
             wl: Vec::new(),
             wl_ids: HashMap::new(),
@@ -584,11 +585,6 @@ impl SocketCache {
         }
         Ok(true)
     }
-}
-
-/// Up to [`MAX_HELD_DIRS`], and the socket pass's share of the fd limit (`fsio::FdHolder`).
-fn held_dirs_cap() -> usize {
-    crate::fsio::FdHolder::Sockets.cap(MAX_HELD_DIRS)
 }
 
 #[cfg(test)]
