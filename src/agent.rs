@@ -458,11 +458,12 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
     let mut poll = tokio::time::interval(watch.unwrap_or(Duration::from_secs(3600)));
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seen = file.as_deref().and_then(file_identity);
-    // The streams are made once: a signal that arrives during a tick is queued, not lost.
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
+    // The streams are made once: a SIGTERM, SIGINT or SIGHUP that arrives during a tick is
+    // queued, not lost. Aliased: a `SignalKind` in this crate is what a rule reads.
+    use tokio::signal::unix::{signal as unix_signal, SignalKind as UnixSignal};
+    let mut term = unix_signal(UnixSignal::terminate())?;
+    let mut int = unix_signal(UnixSignal::interrupt())?;
+    let mut hup = unix_signal(UnixSignal::hangup())?;
     loop {
         let mut trigger = None;
         tokio::select! {

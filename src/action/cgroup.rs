@@ -1,5 +1,6 @@
 //! Freezing and killing a container's own leaf cgroup, through a directory handle opened when the
-//! hold started: a cgroup recreated at the same path is a different inode and is never touched.
+//! rule started pending (the pin): a cgroup recreated at the same path is a different inode and is
+//! never touched.
 
 use super::{Actuator, Outcome};
 use crate::cgroupfs::{join_rel, CgroupLayout};
@@ -21,7 +22,7 @@ pub enum Freezer {
         root: PathBuf,
     },
     /// No freezer: SIGSTOP/SIGCONT through pidfds, listing pids in the primary hierarchy.
-    Signals {
+    Sigstop {
         root: PathBuf,
     },
 }
@@ -35,7 +36,7 @@ impl Freezer {
             Some(u) if u.join("cgroup.freeze").exists() || has_freeze_file(u) => Freezer::V2 {
                 root: u.to_path_buf(),
             },
-            _ => Freezer::Signals {
+            _ => Freezer::Sigstop {
                 root: layout.primary(),
             },
         }
@@ -43,7 +44,7 @@ impl Freezer {
 
     pub fn root(&self) -> &Path {
         match self {
-            Freezer::V1 { root } | Freezer::V2 { root } | Freezer::Signals { root } => root,
+            Freezer::V1 { root } | Freezer::V2 { root } | Freezer::Sigstop { root } => root,
         }
     }
 }
@@ -90,14 +91,14 @@ impl CgroupHandle {
         })
     }
 
-    /// Reopens a persisted handle, only if the path still holds the same cgroup.
+    /// Reopens a persisted handle, only if the path still names the same cgroup.
     pub fn reopen(freezer: &Freezer, rel: &str, ino: u64) -> Option<CgroupHandle> {
         CgroupHandle::open(freezer, rel)
             .ok()
             .filter(|h| h.ino == ino)
     }
 
-    /// The path still resolves to the directory this handle holds (not removed, not recreated).
+    /// The path still resolves to the directory of this handle (not removed, not recreated).
     pub fn same_cgroup(&self) -> bool {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(&self.path).is_ok_and(|m| m.ino() == self.ino && m.dev() == self.dev)
@@ -132,7 +133,7 @@ impl CgroupHandle {
     }
 
     /// Every process in this cgroup and in every cgroup below it: freezing and `cgroup.kill`
-    /// are hierarchical, so whatever checks or signals a target must see the whole subtree.
+    /// are hierarchical, so whatever checks, stops or kills a target must see the whole subtree.
     /// Bounded: a subtree too deep or too wide to verify is an error, never a partial answer.
     pub fn subtree_pids(&self) -> std::io::Result<Vec<u32>> {
         let mut pids = Vec::new();
@@ -165,7 +166,7 @@ fn walk_subtree(
     }
     match std::fs::read_to_string(dir.join("cgroup.procs")) {
         Ok(t) => pids.extend(crate::cgroupfs::parse_procs(&t)),
-        // A cgroup removed while we walk has no processes left to protect or signal (and a
+        // A cgroup removed while we walk has no processes left to protect or kill (and a
         // directory listing below tells whether it is gone).
         Err(e) if crate::fsio::is_gone(&e) => {}
         Err(e) => return Err(e),
@@ -194,7 +195,7 @@ pub fn v2_frozen(events: &str) -> bool {
 pub struct CgroupActuator {
     freezer: Freezer,
     timeout: Duration,
-    /// Pids that must never be signalled whatever cgroup they sit in: 1, 2 and the agent.
+    /// Pids never sent SIGSTOP or SIGKILL, whatever cgroup they sit in: 1, 2 and the agent.
     protected_pids: Vec<u32>,
 }
 
@@ -220,7 +221,9 @@ impl CgroupActuator {
         }
     }
 
-    fn signal_all(
+    /// Sends the unix signal `sig` to every process of the subtree but the protected ones;
+    /// returns how many it reached.
+    fn send_to_subtree(
         &self,
         h: &CgroupHandle,
         sig: nix::sys::signal::Signal,
@@ -230,7 +233,7 @@ impl CgroupActuator {
             if self.protected_pids.contains(&pid) {
                 continue;
             }
-            // A pidfd pins the process: the signal cannot reach a recycled pid.
+            // A pidfd pins the process: SIGSTOP or SIGKILL cannot reach a recycled pid.
             let Ok(fd) = pidfd_open(pid) else { continue };
             if pidfd_send_signal(&fd, sig).is_ok() {
                 n += 1;
@@ -249,8 +252,8 @@ impl CgroupActuator {
                 h.write("cgroup.freeze", "1")?;
                 self.wait(|| Ok(v2_frozen(&h.read("cgroup.events")?)))
             }
-            Freezer::Signals { .. } => {
-                self.signal_all(h, nix::sys::signal::Signal::SIGSTOP)?;
+            Freezer::Sigstop { .. } => {
+                self.send_to_subtree(h, nix::sys::signal::Signal::SIGSTOP)?;
                 Ok(true)
             }
         }
@@ -276,8 +279,8 @@ impl Actuator for CgroupActuator {
         let res = match &self.freezer {
             Freezer::V1 { .. } => h.write("freezer.state", "THAWED"),
             Freezer::V2 { .. } => h.write("cgroup.freeze", "0"),
-            Freezer::Signals { .. } => self
-                .signal_all(h, nix::sys::signal::Signal::SIGCONT)
+            Freezer::Sigstop { .. } => self
+                .send_to_subtree(h, nix::sys::signal::Signal::SIGCONT)
                 .map(|_| ()),
         };
         match res {
@@ -294,24 +297,24 @@ impl Actuator for CgroupActuator {
                 return Outcome::Failed(format!("cgroup.kill {}: {e}", h.path.display()));
             }
         } else {
-            // Freeze first so nothing forks away between listing and signalling.
+            // Freeze first so nothing forks away between listing and SIGKILL.
             let v1 = matches!(self.freezer, Freezer::V1 { .. });
             if v1 {
-                // Best effort: whether or not the freeze completes, the signals go out and the
+                // Best effort: whether or not the freeze completes, SIGKILL goes out and the
                 // thaw below follows.
                 if let Err(e) = self.freeze_inner(h) {
                     tracing::debug!(cgroup = %h.path.display(), error = %e, "freeze before kill");
                 }
             }
-            let signalled = self.signal_all(h, nix::sys::signal::Signal::SIGKILL);
-            // On v1 SIGKILL does not land while frozen: thaw after signalling, also after a
+            let sent = self.send_to_subtree(h, nix::sys::signal::Signal::SIGKILL);
+            // On v1 SIGKILL does not land while frozen: thaw after sending it, also after a
             // freeze that timed out half-way (the enforcer retries a thaw that fails).
             if v1 {
                 if let Outcome::Failed(e) = self.thaw(h) {
                     return Outcome::Failed(format!("thaw after the kill signal: {e}"));
                 }
             }
-            if let Err(e) = signalled {
+            if let Err(e) = sent {
                 return Outcome::Failed(format!("kill {}: {e}", h.path.display()));
             }
         }

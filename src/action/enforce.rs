@@ -2,7 +2,7 @@
 //! It applies the decider's commands under invariants that do not depend on any decision:
 //! - a hold is undone by the real actuator in every mode (a dry run only skips new holds), so a
 //!   cgroup frozen by an earlier enforcing run is never stranded by a restart in dry-run;
-//! - nothing is frozen or killed whose subtree holds pid 1, pid 2 or the agent itself;
+//! - nothing is frozen or killed whose subtree contains pid 1, pid 2 or the agent itself;
 //! - nothing is frozen before the state file lists it (write-ahead), and nothing is held at all
 //!   while the state file cannot be written;
 //! - a thaw that fails is retried every tick until it succeeds or the cgroup is gone.
@@ -23,7 +23,7 @@ pub struct Enforcer {
     undo: Box<dyn Actuator>,
     freezer: Freezer,
     notifier: Notifier,
-    /// Never frozen or signalled, wherever they sit: pid 1, pid 2 (kthreadd) and the agent.
+    /// Never frozen, stopped or killed, wherever they sit: pid 1, pid 2 (kthreadd) and the agent.
     protected: Vec<u32>,
     state_file: PathBuf,
     /// The decider's last state; written again with our own lists whenever they change.

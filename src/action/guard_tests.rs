@@ -229,7 +229,7 @@ fn hold_expiry_thaws_half_open_and_a_retrip_in_probation_doubles_the_hold() {
         vec![format!("freeze {cg}"), format!("thaw {cg}")]
     );
     assert_eq!(st.breakers[0].state, "half_open");
-    // Still flooding after the thaw: must hold the full minute again, then trips with 30 min.
+    // Still flooding after the thaw: pending the full minute again, then trips with 30 min.
     let st = r.at(59 * S, &s);
     assert_eq!(st.breakers[0].state, "half_open");
     let st = r.at(S, &s);
@@ -249,7 +249,7 @@ fn hold_expiry_thaws_half_open_and_a_retrip_in_probation_doubles_the_hold() {
 }
 
 #[test]
-fn a_value_that_dips_resets_the_hold() {
+fn a_value_that_dips_resets_the_pending_time() {
     let mut r = rig("");
     let hi = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
     let lo = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 100)]);
@@ -407,7 +407,7 @@ fn dry_run_decides_the_same_and_writes_nothing() {
 }
 
 #[test]
-fn a_cgroup_recreated_during_the_hold_is_not_touched() {
+fn a_cgroup_recreated_while_the_rule_is_pending_is_not_touched() {
     let mut r = rig("");
     let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
     r.step(&s);
@@ -572,8 +572,8 @@ fn a_target_without_a_cgroup_does_not_use_up_the_pacing() {
         r.at(t * S, &snap(vec![gone.clone(), flood.clone()]));
     }
     assert!(r.rec.calls().is_empty());
-    // ...holds its rule every tick, while another container starts flooding: the flood is frozen
-    // as soon as it has held for its minute.
+    // ...fires its rule every tick, while another container starts flooding: the flood is frozen
+    // as soon as it has been pending for its minute.
     flood.log_lines_per_minute.stderr = 5000;
     let s = snap(vec![gone, flood]);
     for _ in 0..13 {
@@ -625,7 +625,7 @@ fn a_restart_in_dry_run_thaws_for_real_and_keeps_the_breaker() {
 }
 
 #[test]
-fn nothing_is_frozen_whose_subtree_holds_the_agent() {
+fn nothing_is_frozen_whose_subtree_contains_the_agent() {
     let mut r = rig("");
     let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
     // The agent sits in a cgroup nested below the target.

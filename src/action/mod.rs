@@ -19,7 +19,7 @@ pub enum Outcome {
     Done,
     /// Dry run: the decision was made, nothing was written.
     DryRun,
-    /// The path now holds another cgroup than the one the hold started on: not touched.
+    /// The path now names another cgroup than the one pinned for the action: not touched.
     Replaced,
     /// The cgroup no longer exists.
     Gone,

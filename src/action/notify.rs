@@ -23,7 +23,10 @@ pub struct Event {
     pub rule: String,
     pub value: f64,
     pub threshold: f64,
-    pub held_for_seconds: f64,
+    /// How long the rule was pending before it fired. The wire name predates the words of
+    /// docs/design.md ("hold" is the breaker's) and stays for webhook consumers.
+    #[serde(rename = "held_for_seconds")]
+    pub pending_for_seconds: f64,
     pub action: &'static str,
     pub outcome: String,
     pub hold_seconds: Option<f64>,
@@ -66,7 +69,7 @@ impl Notifier {
             rule = %ev.rule,
             value = ev.value,
             threshold = ev.threshold,
-            held_for_seconds = ev.held_for_seconds,
+            held_for_seconds = ev.pending_for_seconds,
             action = ev.action,
             outcome = %ev.outcome,
             hold_seconds = ev.hold_seconds,
@@ -173,14 +176,9 @@ mod tests {
         assert_eq!(backoff(20, 1.0), Duration::from_secs(360));
     }
 
-    #[test]
-    fn webhook_gets_one_post_per_event_in_order() {
-        use std::net::TcpListener;
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}/api/v2/alerts", l.local_addr().unwrap());
-        let n = Notifier::new(Some(url));
-        let ev = |t: &'static str| Event {
-            transition: t,
+    fn ev(transition: &'static str) -> Event {
+        Event {
+            transition,
             namespace: "feeds".into(),
             pod: "p".into(),
             container: "c".into(),
@@ -188,14 +186,31 @@ mod tests {
             rule: "log-flood".into(),
             value: 1.0,
             threshold: 0.5,
-            held_for_seconds: 60.0,
+            pending_for_seconds: 60.0,
             action: "freeze",
             outcome: "done".into(),
             hold_seconds: Some(900.0),
             dry_run: false,
             node: "n".into(),
             reason: "r".into(),
-        };
+        }
+    }
+
+    /// The Rust names follow docs/design.md's words; the serialized ones stay as they were.
+    #[test]
+    fn the_event_keeps_its_wire_names() {
+        let v = serde_json::to_value(ev("opened")).unwrap();
+        assert_eq!(v["held_for_seconds"], 60.0);
+        assert_eq!(v["hold_seconds"], 900.0);
+        assert!(v.get("pending_for_seconds").is_none(), "{v}");
+    }
+
+    #[test]
+    fn webhook_gets_one_post_per_event_in_order() {
+        use std::net::TcpListener;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/api/v2/alerts", l.local_addr().unwrap());
+        let n = Notifier::new(Some(url));
         n.send(ev("opened"));
         n.send(ev("half_open"));
         for want in ["opened", "half_open"] {

@@ -4,8 +4,8 @@
 use super::bounds::{Bounds, MAX_COUNT, MAX_DURATION, POSITIVE};
 use super::FieldError;
 use crate::model::{
-    ActionKind, Condition, Direction, HoldPolicy, HoldSpec, RestartLoopSpec, Rule, Scope,
-    SignalKind,
+    ActionKind, Condition, Direction, HoldPolicy, RestartLoopSpec, Rule, Scope, SignalKind,
+    ThresholdSpec,
 };
 use serde::{Deserialize, Deserializer};
 use std::path::PathBuf;
@@ -70,11 +70,11 @@ impl Default for RawGuard {
 /// The shipped rules (also spelled out in config/nodeguard.yaml; a test keeps both equal).
 pub fn default_rules() -> Vec<RawRule> {
     let min = |m: u64| Some(Duration::from_secs(60 * m));
-    let threshold = |name: &str, signal, above, hold_for, action, hold| RawRule {
+    let threshold = |name: &str, signal, above, for_duration, action, hold| RawRule {
         name: name.into(),
         signal: Some(signal),
         above: Some(above),
-        hold_for,
+        for_duration,
         clear_below: None,
         clear_for: None,
         contributor_floor: None,
@@ -128,7 +128,7 @@ pub fn default_rules() -> Vec<RawRule> {
             name: "restart-loop".into(),
             signal: None,
             above: None,
-            hold_for: None,
+            for_duration: None,
             clear_below: None,
             clear_for: None,
             contributor_floor: None,
@@ -184,16 +184,16 @@ pub struct RawRule {
     pub signal: Option<SignalKind>,
     pub above: Option<f64>,
     #[serde(rename = "for", default, with = "humantime_serde")]
-    pub hold_for: Option<Duration>,
+    pub for_duration: Option<Duration>,
     pub clear_below: Option<f64>,
     #[serde(default, with = "humantime_serde")]
     pub clear_for: Option<Duration>,
     pub contributor_floor: Option<f64>,
     pub restart_loop: Option<RawRestartLoop>,
-    /// Time-to-full signals: holds while the projection is below this.
+    /// Time-to-full signals: past the threshold while the projection is below this.
     #[serde(default, with = "humantime_serde")]
     pub below: Option<Duration>,
-    /// Time-to-full signals: once holding, clears only at or above this (default `below`).
+    /// Time-to-full signals: once firing, clears only at or above this (default `below`).
     #[serde(default, with = "humantime_serde")]
     pub clear_above: Option<Duration>,
     pub action: ActionKind,
@@ -417,18 +417,18 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
                     }
                     (_, None) => 0.0,
                 };
-                let hold_for = r.hold_for.unwrap_or_default();
-                b.duration(&p("for"), hold_for, Duration::ZERO, MAX_DURATION);
-                let clear_for = r.clear_for.unwrap_or(hold_for);
+                let for_duration = r.for_duration.unwrap_or_default();
+                b.duration(&p("for"), for_duration, Duration::ZERO, MAX_DURATION);
+                let clear_for = r.clear_for.unwrap_or(for_duration);
                 if r.clear_for.is_some() {
                     b.duration(&p("clear_for"), clear_for, Duration::ZERO, MAX_DURATION);
                 }
                 Condition::Threshold {
                     signal: *signal,
-                    spec: HoldSpec {
+                    spec: ThresholdSpec {
                         threshold,
                         clear_at,
-                        hold_for,
+                        for_duration,
                         clear_for,
                         direction,
                     },
@@ -507,7 +507,7 @@ mod tests {
     }
 
     #[test]
-    fn time_to_full_rules_hold_below_a_bounded_duration() {
+    fn time_to_full_rules_fire_below_a_bounded_duration() {
         let c = Config::from_yaml(
             "guard:\n  rules:\n    - {name: ct-soon, signal: node_conntrack_full_in, below: 5m, clear_above: 15m, for: 30s, contributor_floor: 1000, action: report}\n    - {name: pids, signal: node_pids_fraction, above: 0.9, contributor_floor: 100, action: report}\n",
         )
@@ -517,7 +517,7 @@ mod tests {
         };
         assert_eq!(spec.direction, Direction::Below);
         assert_eq!((spec.threshold, spec.clear_at), (300.0, 900.0));
-        assert_eq!(spec.hold_for, Duration::from_secs(30));
+        assert_eq!(spec.for_duration, Duration::from_secs(30));
         let Condition::Threshold { spec, .. } = &c.guard.rules[1].condition else {
             panic!();
         };

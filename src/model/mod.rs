@@ -4,7 +4,7 @@
 //! - `workload`: who a workload is (`WorkloadId`, `QosClass`).
 //! - `snapshot`: what one tick observed (`Snapshot` and its parts), and what the agent publishes
 //!   (`Published`: the snapshot and the guard's verdict on it).
-//! - `rule`: what a rule is, as configured (`Rule`, `SignalKind`, `HoldSpec`, ...).
+//! - `rule`: what a rule is, as configured (`Rule`, `SignalKind`, `ThresholdSpec`, ...).
 //! - `guard`: the guard's view of itself (`GuardStatus`, `BreakerView`, ...).
 
 mod guard;

@@ -1,6 +1,7 @@
-//! What a rule is, as the configuration declares it: the signal it watches, the threshold and
-//! how long it must hold, or a restart loop; the action it asks for and how long a tripped
-//! breaker holds. `config` builds these, `rule` evaluates them, `action` acts on them.
+//! What a rule is, as the configuration declares it: the signal it reads, the threshold and how
+//! long the value must stay past it (`for`), or a restart loop; the action it asks for and how
+//! long a tripped breaker holds the workload. `config` builds these, `rule` evaluates them,
+//! `action` acts on them.
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -66,7 +67,7 @@ impl SignalKind {
         )
     }
 
-    /// A time to full in seconds: rules on it hold `below` a duration.
+    /// A time to full in seconds: rules on it fire `below` a duration.
     pub fn is_time(self) -> bool {
         matches!(
             self,
@@ -87,28 +88,31 @@ impl SignalKind {
     }
 }
 
-/// Which side of the threshold holds.
+/// Which side of the threshold a value must be on to count as past it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Direction {
-    /// Holds while the value is strictly above the threshold; clears at or below `clear_at`.
+    /// Past while the value is strictly above the threshold; clears at or below `clear_at`.
     #[default]
     Above,
-    /// Holds while the value is strictly below the threshold; clears at or above `clear_at`.
+    /// Past while the value is strictly below the threshold; clears at or above `clear_at`.
     Below,
 }
 
+/// A threshold rule's condition: the rule is pending while the value is past `threshold`, fires
+/// once it has been for `for_duration`, and clears after `clear_for` back at `clear_at`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HoldSpec {
+pub struct ThresholdSpec {
     pub threshold: f64,
     /// Clears only at or beyond this, on the other side (hysteresis); defaults to `threshold`.
     pub clear_at: f64,
-    pub hold_for: Duration,
+    /// The configuration's `for` (a Rust keyword).
+    pub for_duration: Duration,
     pub clear_for: Duration,
     pub direction: Direction,
 }
 
-impl HoldSpec {
-    /// The value is on the holding side of the threshold.
+impl ThresholdSpec {
+    /// The value is past the threshold.
     pub fn exceeds(&self, value: f64) -> bool {
         match self.direction {
             Direction::Above => value > self.threshold,
@@ -153,7 +157,7 @@ impl ActionKind {
     }
 }
 
-/// How long a tripped breaker holds.
+/// How long a tripped breaker holds the workload: frozen, and every new instance frozen too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HoldPolicy {
     For(Duration),
@@ -165,7 +169,7 @@ pub enum HoldPolicy {
 pub enum Condition {
     Threshold {
         signal: SignalKind,
-        spec: HoldSpec,
+        spec: ThresholdSpec,
         /// Node rules: the top contributor must itself be above this to be acted on.
         contributor_floor: f64,
     },

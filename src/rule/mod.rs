@@ -1,28 +1,30 @@
-//! Rules: a signal above a threshold held for a duration, or a restart loop. The engine is pure
-//! over snapshots and an injected `now`; it only says what fired and what cleared.
+//! Rules: a signal past a threshold for a duration (pending, then firing), or a restart loop.
+//! The engine is pure over snapshots and an injected `now`; it only says what fired and what
+//! cleared.
 
-pub mod hold;
+pub mod observe;
+pub mod pending;
 pub mod restart_loop;
-pub mod signal;
 
 use crate::model::{Condition, Rule, Scope, SignalKind, Snapshot};
-use hold::{HoldTimer, Transition};
+use observe::{observe, Target};
+use pending::{PendingTimer, Transition};
 use restart_loop::RestartLoop;
-use signal::{observe, Target};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// A rule that holds on a target (reported every tick while it holds, so the guard can act
-/// later if it could not act at once).
+/// A rule firing on a target (reported every tick while it fires, so the guard can act later if
+/// it could not act at once).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Firing {
     pub rule: usize,
     /// The workload or pod to act on (a node rule's top contributor).
     pub target: Target,
-    /// The value that held (for node rules, the node value).
+    /// The value past the threshold (for node rules, the node value).
     pub value: f64,
     pub threshold: f64,
-    pub held_for: Duration,
+    /// How long the value has been past the threshold (the rule's `for` or more).
+    pub pending_for: Duration,
     /// Node rules: the contributor's own value.
     pub contributor_value: Option<f64>,
 }
@@ -38,7 +40,7 @@ pub struct Evaluation {
 #[derive(Debug)]
 pub struct RuleEngine {
     rules: Vec<Rule>,
-    timers: Vec<HashMap<Target, HoldTimer>>,
+    timers: Vec<HashMap<Target, PendingTimer>>,
     loops: Vec<HashMap<Target, RestartLoop>>,
 }
 
@@ -57,7 +59,7 @@ impl RuleEngine {
     }
 
     /// The engine for a reloaded rule list: a rule whose name and definition are unchanged keeps
-    /// its progress (hold timers, restart history); a new or changed rule starts from zero.
+    /// its progress (pending timers, restart history); a new or changed rule starts from zero.
     pub fn carry_over(mut self, rules: Vec<Rule>) -> RuleEngine {
         let mut next = RuleEngine::new(rules);
         for (i, rule) in next.rules.iter().enumerate() {
@@ -69,8 +71,8 @@ impl RuleEngine {
         next
     }
 
-    /// Forgets the progress of a rule's targets, so they must hold for the full duration again
-    /// (half-open after a hold).
+    /// Forgets the progress of a rule's targets, so they must be past the threshold for the full
+    /// `for` again (half-open after a breaker's hold).
     pub fn reset_matching(&mut self, rule: usize, mut matches: impl FnMut(&Target) -> bool) {
         if let Some(t) = self.timers.get_mut(rule) {
             t.retain(|k, _| !matches(k));
@@ -105,7 +107,7 @@ impl RuleEngine {
                                 target: o.key.clone(),
                                 value: o.value,
                                 threshold: spec.threshold,
-                                held_for: t.pending_for(now),
+                                pending_for: t.pending_for(now),
                                 contributor_value: None,
                             };
                             if signal.scope() == Scope::Node {
@@ -137,7 +139,7 @@ impl RuleEngine {
                                 target: o.key,
                                 value: f64::from(bursts),
                                 threshold: f64::from(spec.bursts),
-                                held_for: Duration::ZERO,
+                                pending_for: Duration::ZERO,
                                 contributor_value: None,
                             });
                         }
@@ -157,7 +159,7 @@ fn top_contributor(snap: &Snapshot, node: SignalKind, floor: f64, mut f: Firing)
         .filter(|o| !o.stale)
         .max_by(|a, b| a.value.total_cmp(&b.value).then_with(|| b.key.cmp(&a.key)))?;
     if top.value < floor {
-        // Checked again every tick while the node rule holds; the pending metric shows it.
+        // Checked again every tick while the node rule fires; the pending metric shows it.
         tracing::debug!(signal = ?node, top = %top.key, value = top.value, floor, "no contributor above the floor");
         return None;
     }

@@ -1,4 +1,4 @@
-//! Decide: each tick, rules are evaluated on the snapshot; a rule that holds trips a breaker on
+//! Decide: each tick, rules are evaluated on the snapshot; a rule that fires trips a breaker on
 //! exactly the offending workload, paced node-wide, announced once; breakers are enforced on new
 //! instances, released after their hold (half-open), reset by a new revision, persisted.
 //!
@@ -15,7 +15,7 @@ use crate::model::{
     ActionKind, BreakerView, Condition, GuardStatus, Kind, PacingView, PendingView, RuleView,
     Snapshot, WorkloadSignals,
 };
-use crate::rule::signal::Target;
+use crate::rule::observe::Target;
 use crate::rule::{Evaluation, Firing, RuleEngine};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,7 +30,7 @@ use target::{covers, held_by, matches_id};
 pub use target::{glob, identity};
 
 pub type Key = (BreakerId, usize);
-/// A rule holding on a target: its cgroups are pinned (inode recorded) when the hold starts.
+/// A rule pending on a target: its cgroups are pinned (inode recorded) when it starts pending.
 pub type Pin = (usize, Target);
 
 /// One effect, applied by the enforcer in the order given.
@@ -42,7 +42,7 @@ pub enum Command {
         pin: Pin,
         rels: Vec<String>,
     },
-    /// The rule stopped holding on the target, or acted: the pinned cgroups are let go.
+    /// The rule stopped pending on the target, or acted: the pinned cgroups are let go.
     Unpin(Pin),
     /// Write the state file. Every `Hold` after a `Persist` that failed is refused.
     Persist(StateFile),
@@ -90,7 +90,7 @@ pub enum Report {
 #[derive(Debug)]
 struct Trip {
     target: Target,
-    held_for: Duration,
+    pending_for: Duration,
     outcomes: Vec<Outcome>,
 }
 
@@ -101,7 +101,7 @@ pub struct Decider {
     throttle: Throttle,
     protected_namespaces: Vec<String>,
     node: String,
-    /// Cgroups pinned when a rule's hold started on a target, used when it trips.
+    /// Cgroups pinned when a rule started pending on a target, used when it trips.
     pins: HashMap<Pin, Vec<ActedCgroup>>,
     trips: BTreeMap<Key, Trip>,
     actions: BTreeMap<(String, &'static str, &'static str), u64>,
@@ -137,7 +137,7 @@ fn wall_of(now: Instant, wall: SystemTime, at: Instant) -> f64 {
 }
 
 impl Decider {
-    /// `protected_namespaces` already holds the agent's own namespace, if it runs in one.
+    /// `protected_namespaces` already lists the agent's own namespace, if it runs in one.
     pub fn new(cfg: GuardConfig, node: String, protected_namespaces: Vec<String>) -> Decider {
         Decider {
             engine: RuleEngine::new(cfg.rules.clone()),
@@ -173,7 +173,13 @@ impl Decider {
         None
     }
 
-    fn event(&self, b: &Breaker, transition: &'static str, outcome: &str, held: Duration) -> Event {
+    fn event(
+        &self,
+        b: &Breaker,
+        transition: &'static str,
+        outcome: &str,
+        pending_for: Duration,
+    ) -> Event {
         Event {
             transition,
             namespace: b.id.namespace.clone(),
@@ -183,7 +189,7 @@ impl Decider {
             rule: self.cfg.rules[b.rule].name.clone(),
             value: b.value,
             threshold: b.threshold,
-            held_for_seconds: held.as_secs_f64(),
+            pending_for_seconds: pending_for.as_secs_f64(),
             action: b.action.as_str(),
             outcome: outcome.to_owned(),
             hold_seconds: b.hold_until.map(|_| b.hold.as_secs_f64()),
@@ -213,8 +219,8 @@ impl Decider {
         let mut holds = Vec::new();
         self.throttle.begin_tick();
         let mut changed = self.releases(releases, &mut out);
-        // Expiring holds reset their rule's progress first, so a half-open workload must hold
-        // the full `for` again before it trips again.
+        // Expiring holds reset their rule's progress first, so a half-open workload must be past
+        // the threshold for the full `for` again before it trips again.
         changed |= self.maintain(now, snap, &mut out, &mut holds);
         self.superseded.retain(|id, revs| {
             revs.retain(|r| {
@@ -235,7 +241,8 @@ impl Decider {
         out
     }
 
-    /// Pins the targets' cgroups when a hold starts, so the action later hits the same ones.
+    /// Pins the targets' cgroups when a rule starts pending, so the action later hits the same
+    /// ones.
     fn track_pending(&mut self, snap: &Snapshot, ev: &Evaluation, out: &mut Vec<Command>) {
         let live: HashSet<Pin> = ev.pending.iter().map(|(r, k, _)| (*r, k.clone())).collect();
         let gone: Vec<Pin> = self
@@ -252,7 +259,7 @@ impl Decider {
             if pin.1 == Target::Node || self.pins.contains_key(&pin) {
                 continue;
             }
-            let rels: Vec<String> = crate::rule::signal::targets(snap, &pin.1)
+            let rels: Vec<String> = crate::rule::observe::targets(snap, &pin.1)
                 .iter()
                 .filter_map(|id| snap.workloads.iter().find(|w| w.id == *id)?.cgroup.clone())
                 .collect();
@@ -353,7 +360,7 @@ impl Decider {
         for f in &ev.firing {
             // Only live instances can be acted on: a crash-looping container between two
             // restarts has none, and must not use up the node's pacing.
-            let targets: Vec<&WorkloadSignals> = crate::rule::signal::targets(snap, &f.target)
+            let targets: Vec<&WorkloadSignals> = crate::rule::observe::targets(snap, &f.target)
                 .iter()
                 .filter_map(|id| {
                     snap.workloads
@@ -369,7 +376,7 @@ impl Decider {
                 id.container.clear();
             }
             // A revision the owner has already replaced is never tripped again (its history
-            // still holds in the rule's window while the rollout finishes).
+            // is still in the rule's window while the rollout finishes).
             if self
                 .superseded
                 .get(&id)
@@ -434,7 +441,7 @@ impl Decider {
             };
             let mut trip = Trip {
                 target: f.target.clone(),
-                held_for: f.held_for,
+                pending_for: f.pending_for,
                 outcomes: Vec::new(),
             };
             for w in &targets {
@@ -442,14 +449,15 @@ impl Decider {
                     continue;
                 };
                 if rule.action == ActionKind::Report {
-                    // A report touches no cgroup: it holds as soon as it is recorded.
+                    // A report touches no cgroup: it is done as soon as it is recorded.
                     self.count(f.rule, rule.action.as_str(), Outcome::Done.as_str());
                     b.enforced
                         .insert(w.container_id.clone().unwrap_or_default());
                     trip.outcomes.push(Outcome::Done);
                     continue;
                 }
-                // The inode recorded when the hold started; a target without one is opened now.
+                // The inode recorded when the rule started pending; a target without one is
+                // opened now.
                 let ino = pinned.iter().find(|p| p.cgroup == rel).map(|p| p.inode);
                 holds.push(Command::Hold {
                     ticket: Ticket::Trip(key.clone()),
@@ -472,10 +480,10 @@ impl Decider {
         changed
     }
 
-    /// A tripping breaker whose outcomes are all in: it opens if anything held.
+    /// A tripping breaker whose outcomes are all in: it opens if any action was done.
     fn finish_trip(&mut self, key: &Key, trip: Trip, out: &mut Vec<Command>) {
         if trip.outcomes.contains(&Outcome::Replaced) {
-            // No hold ever ran on the cgroup now at that path: it starts from zero.
+            // No action ever ran on the cgroup now at that path: its rule starts from zero.
             let target = trip.target.clone();
             self.engine.reset_matching(key.1, |k| *k == target);
         }
@@ -487,9 +495,9 @@ impl Decider {
             return;
         };
         let transition = if ok { "opened" } else { "action_failed" };
-        let e = self.event(&b, transition, &summarize(&trip.outcomes), trip.held_for);
+        let e = self.event(&b, transition, &summarize(&trip.outcomes), trip.pending_for);
         out.push(Command::Notify(e));
-        // Nothing held: no breaker, the rule is re-checked after the cool-down.
+        // Nothing done: no breaker, the rule is re-checked after the cool-down.
         if ok {
             self.breakers.insert(key.clone(), b);
         }
@@ -639,7 +647,7 @@ fn reason(signal: &str, f: &Firing) -> String {
         "{signal} = {} above {} for {}s",
         round(f.value),
         round(f.threshold),
-        f.held_for.as_secs()
+        f.pending_for.as_secs()
     );
     if let Some(c) = f.contributor_value {
         r.push_str(&format!("; top contributor holds {}", round(c)));

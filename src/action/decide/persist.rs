@@ -179,7 +179,7 @@ impl Decider {
                 }
             }
         }
-        // The enforcer holds pins by key: keep those whose key still names the same rule.
+        // The enforcer keeps pins by key: keep those whose key still names the same rule.
         let pins: Vec<Pin> = self.pins.keys().cloned().collect();
         for pin in pins {
             if same.get(&pin.0) != Some(&pin.0) {

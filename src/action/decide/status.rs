@@ -57,7 +57,7 @@ impl Decider {
                 .map(|r| {
                     let (signal, for_seconds) = match &r.condition {
                         Condition::Threshold { signal, spec, .. } => {
-                            (Some(*signal), spec.hold_for.as_secs_f64())
+                            (Some(*signal), spec.for_duration.as_secs_f64())
                         }
                         Condition::RestartLoop(_) => (None, 0.0),
                     };

@@ -3,7 +3,7 @@
 use super::super::breaker::{Breaker, BreakerId};
 use super::super::owner::owner_of;
 use crate::model::{Kind, Snapshot, WorkloadSignals};
-use crate::rule::signal::Target;
+use crate::rule::observe::Target;
 
 /// Simple `*`/`?` glob; protection lists are short and patterns trivial.
 pub fn glob(pattern: &str, text: &str) -> bool {

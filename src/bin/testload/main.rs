@@ -1,7 +1,7 @@
 //! `nodeguard-testload`: the misbehaving workloads of the integration tests and whole-node
 //! scenarios. It enters the network namespace and joins the cgroups it is told to, sets up its
-//! load, prints `ready`, then holds until its stdin closes, when it reaps its children and exits
-//! (so tests never need to signal anything they did not start, and zombies never outlive a test).
+//! load, prints `ready`, then waits until its stdin closes, when it reaps its children and exits
+//! (so tests never need to kill anything they did not start, and zombies never outlive a test).
 //!
 //! `storm` replays the 20 July bug (seed 001): every cycle each live reconnect loop tries to
 //! connect, and each failure writes two error lines to the container's CRI log and schedules two
@@ -9,7 +9,7 @@
 //! re-forks any that die, so only a kill that stops the whole cgroup at once empties it.
 //!
 //! In a container started by a real runtime (tests/cri_containerd.rs) stdin is `/dev/null`:
-//! `--until-term` holds until SIGTERM or SIGINT instead (what the runtime sends on stop), and
+//! `--until-term` waits for SIGTERM or SIGINT instead (what the runtime sends on stop), and
 //! `pause` is a sandbox's pause process.
 
 mod logs;
@@ -32,7 +32,7 @@ fn usage() -> ExitCode {
          | storm ADDR CYCLES --log FILE [--cycle-ms MS] [--max-loops N]\n       \
          | forker N | tasks THREADS ZOMBIES | exhaust ADDR MAX REPORT_FILE\n       \
          | pause | lines STDOUT_N STDERR_N LONG_BYTES | oom-child-hold BYTES\n\
-         --until-term: hold until SIGTERM/SIGINT instead of until stdin closes"
+         --until-term: wait for SIGTERM/SIGINT instead of until stdin closes"
     );
     ExitCode::from(64)
 }
@@ -93,15 +93,15 @@ fn main() -> ExitCode {
     // a container's pid 1 has no default action for SIGTERM, only a handler or a wait sees it.
     let term = until_term || mode == Some("pause");
     if term {
-        if let Err(e) = term_signals().thread_block() {
+        if let Err(e) = term_sigset().thread_block() {
             eprintln!("sigprocmask: {e}");
             return ExitCode::FAILURE;
         }
     }
     let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let mut children = Vec::new();
-    let mut hold: Vec<Vec<u8>> = Vec::new();
-    let mut held = net::Held::default();
+    let mut charged: Vec<Vec<u8>> = Vec::new();
+    let mut sockets = net::OpenSockets::default();
     match mode {
         Some("idle") | Some("pause") => {}
         Some("lines") => {
@@ -119,9 +119,9 @@ fn main() -> ExitCode {
         }
         Some("oom-child-hold") => {
             // A child that allocates until the memcg OOM killer ends it while this parent lives
-            // on (and holds, unlike `oom-child`): the kernel names the child, the container keeps
-            // running.
-            match mem::oom_child_hold(n) {
+            // on (and stays, unlike `oom-child`): the kernel names the child, the container keeps
+            // running. The mode's name is what the tests pass.
+            match mem::oom_child_stay(n) {
                 Ok(sig) => println!("child killed by signal {sig}"),
                 Err(e) => {
                     eprintln!("oom-child-hold: {e}");
@@ -137,10 +137,10 @@ fn main() -> ExitCode {
             }
         },
         Some("oom-child") => return mem::oom_child(n),
-        Some("alloc") | Some("oom") => hold = mem::alloc(n),
+        Some("alloc") | Some("oom") => charged = mem::alloc(n),
         Some("grow") => {
             // A steady leak that starts once ready: 1 MiB every MS milliseconds up to BYTES, then
-            // held (what the time-to-full estimator must project on a real cgroup).
+            // kept (what the time-to-full estimator must project on a real cgroup).
             let Some(ms) = args
                 .get(2)
                 .and_then(|s| s.parse::<u64>().ok())
@@ -191,7 +191,7 @@ fn main() -> ExitCode {
             };
             match net::exhaust(addr, max) {
                 Ok((h, n)) => {
-                    held = h;
+                    sockets = h;
                     if let Err(e) = std::fs::write(&report, format!("{n} EADDRNOTAVAIL\n")) {
                         eprintln!("report {}: {e}", report.display());
                         return ExitCode::FAILURE;
@@ -220,7 +220,7 @@ fn main() -> ExitCode {
                 return usage();
             };
             match net::connect(addr, tcp_n, udp_n) {
-                Ok(h) => held = h,
+                Ok(h) => sockets = h,
                 Err(e) => {
                     eprintln!("connect {addr}: {e}");
                     return ExitCode::FAILURE;
@@ -233,18 +233,18 @@ fn main() -> ExitCode {
     let _ = writeln!(out, "ready {}", std::process::id());
     let _ = out.flush();
     if term {
-        // Hold until the runtime stops us.
-        if let Err(e) = term_signals().wait() {
+        // Until the runtime stops us.
+        if let Err(e) = term_sigset().wait() {
             eprintln!("sigwait: {e}");
         }
     } else {
-        // Hold until the test closes our stdin. A `swap` line replaces a held UDP socket by
+        // Until the test closes our stdin. A `swap` line replaces an open UDP socket by
         // /dev/null under the same fd number (the fd count is kept: what an fd-count check
         // misses).
         let mut line = String::new();
         while matches!(std::io::stdin().read_line(&mut line), Ok(n) if n > 0) {
             if line.trim() == "swap" {
-                if let Some(s) = held.udp.pop() {
+                if let Some(s) = sockets.udp.pop() {
                     net::swap_for_null(s);
                 }
             }
@@ -254,12 +254,12 @@ fn main() -> ExitCode {
     for c in children {
         let _ = nix::sys::wait::waitpid(c, None);
     }
-    drop(hold);
-    drop(held);
+    drop(charged);
+    drop(sockets);
     ExitCode::SUCCESS
 }
 
-fn term_signals() -> nix::sys::signal::SigSet {
+fn term_sigset() -> nix::sys::signal::SigSet {
     let mut set = nix::sys::signal::SigSet::empty();
     set.add(nix::sys::signal::Signal::SIGTERM);
     set.add(nix::sys::signal::Signal::SIGINT);

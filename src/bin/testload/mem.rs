@@ -3,18 +3,18 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// Forks a child that touches `bytes` in 1 MiB steps and waits for it: the signal that ended it
-/// (9 for the OOM killer), or an error if it exited by itself.
-pub fn oom_child_hold(bytes: u64) -> Result<i32, String> {
+/// Forks a child that touches `bytes` in 1 MiB steps and waits for it: the unix signal that
+/// ended it (9 for the OOM killer), or an error if it exited by itself.
+pub fn oom_child_stay(bytes: u64) -> Result<i32, String> {
     use nix::sys::wait::{waitpid, WaitStatus};
     // SAFETY: single-threaded here; the child only allocates and calls _exit.
     match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
         nix::unistd::ForkResult::Child => {
-            let mut hold: Vec<Vec<u8>> = Vec::new();
+            let mut charged: Vec<Vec<u8>> = Vec::new();
             let mut done = 0;
             while done < bytes {
                 let len = (1u64 << 20).min(bytes - done) as usize;
-                hold.push(vec![0xA5u8; len]);
+                charged.push(vec![0xA5u8; len]);
                 done += len as u64;
             }
             // SAFETY: plain _exit in the child.
@@ -28,17 +28,17 @@ pub fn oom_child_hold(bytes: u64) -> Result<i32, String> {
     }
 }
 
-/// Touches every page so the memory is charged, in 1 MiB steps; held by the caller.
+/// Touches every page so the memory is charged, in 1 MiB steps; kept by the caller.
 pub fn alloc(n: u64) -> Vec<Vec<u8>> {
-    let mut hold = Vec::new();
+    let mut charged = Vec::new();
     let step = 1 << 20;
     let mut done = 0;
     while done < n {
         let len = step.min(n - done) as usize;
-        hold.push(vec![0xA5u8; len]);
+        charged.push(vec![0xA5u8; len]);
         done += len as u64;
     }
-    hold
+    charged
 }
 
 /// The victim is a child (the largest task of the cgroup); the parent reaps it and exits 0 if it
@@ -47,10 +47,10 @@ pub fn oom_child(n: u64) -> ExitCode {
     // SAFETY: this process is single-threaded here; the child only allocates and exits.
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
-            let mut hold: Vec<Vec<u8>> = Vec::new();
+            let mut charged: Vec<Vec<u8>> = Vec::new();
             let mut done = 0;
             while done < n {
-                hold.push(vec![0xA5u8; (1u64 << 20).min(n - done) as usize]);
+                charged.push(vec![0xA5u8; (1u64 << 20).min(n - done) as usize]);
                 done += 1 << 20;
             }
             unsafe { nix::libc::_exit(0) }
@@ -78,7 +78,7 @@ pub fn oom_child(n: u64) -> ExitCode {
     }
 }
 
-/// A steady leak on a thread of its own: 1 MiB every `ms` milliseconds up to `total`, then held
+/// A steady leak on a thread of its own: 1 MiB every `ms` milliseconds up to `total`, then kept
 /// until the process exits.
 pub fn grow(total: u64, ms: u64) {
     std::thread::spawn(move || {

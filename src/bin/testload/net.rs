@@ -1,4 +1,4 @@
-//! Network loads: entering a netns, `listen`, `connect`, `exhaust`, and the `swap` of a held
+//! Network loads: entering a netns, `listen`, `connect`, `exhaust`, and the `swap` of an open
 //! socket for /dev/null.
 
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -14,7 +14,7 @@ pub fn enter_netns(path: &str) -> Result<(), String> {
 
 /// Sockets the `connect` mode holds open until exit.
 #[derive(Default)]
-pub struct Held {
+pub struct OpenSockets {
     pub tcp: Vec<TcpStream>,
     pub udp: Vec<UdpSocket>,
 }
@@ -78,12 +78,12 @@ pub fn listen(addr: SocketAddr) -> Result<(), String> {
 
 /// Opens exactly `tcp_n` connections and `udp_n` connected UDP sockets to `addr`; each UDP socket
 /// sends one datagram and waits for the listener's echo, so both ends have seen every flow.
-pub fn connect(addr: SocketAddr, tcp_n: usize, udp_n: usize) -> Result<Held, String> {
-    let mut held = Held::default();
+pub fn connect(addr: SocketAddr, tcp_n: usize, udp_n: usize) -> Result<OpenSockets, String> {
+    let mut sockets = OpenSockets::default();
     for i in 0..tcp_n {
         let s = TcpStream::connect_timeout(&addr, NET_TIMEOUT)
             .map_err(|e| format!("tcp connection {i}: {e}"))?;
-        held.tcp.push(s);
+        sockets.tcp.push(s);
     }
     let any: SocketAddr = if addr.is_ipv4() {
         SocketAddr::from(([0, 0, 0, 0], 0))
@@ -106,20 +106,20 @@ pub fn connect(addr: SocketAddr, tcp_n: usize, udp_n: usize) -> Result<Held, Str
         if &buf[..len] != msg.as_bytes() {
             return Err(format!("udp socket {i}: unexpected echo {:?}", &buf[..len]));
         }
-        held.udp.push(s);
+        sockets.udp.push(s);
     }
-    Ok(held)
+    Ok(sockets)
 }
 
 /// Opens TCP connections to `addr` until `connect` fails; succeeds only if it failed with
 /// EADDRNOTAVAIL (the ephemeral ports ran out) within `max` connections.
-pub fn exhaust(addr: SocketAddr, max: usize) -> Result<(Held, usize), String> {
-    let mut held = Held::default();
+pub fn exhaust(addr: SocketAddr, max: usize) -> Result<(OpenSockets, usize), String> {
+    let mut sockets = OpenSockets::default();
     for i in 0..=max {
         match TcpStream::connect_timeout(&addr, NET_TIMEOUT) {
-            Ok(s) => held.tcp.push(s),
+            Ok(s) => sockets.tcp.push(s),
             Err(e) if e.raw_os_error() == Some(nix::libc::EADDRNOTAVAIL) => {
-                return Ok((held, i));
+                return Ok((sockets, i));
             }
             Err(e) => return Err(format!("connection {i}: {e}")),
         }

@@ -1,4 +1,5 @@
-//! What a rule can watch, and how each value is read from the snapshot.
+//! How a rule reads its signal from the snapshot (one `Observation` per target), and the
+//! targets it acts on. The signals themselves are derived upstream, in `crate::signal`.
 
 use crate::model::{Scope, SignalKind, Snapshot, WorkloadId, WorkloadSignals};
 
