@@ -16,19 +16,19 @@ pub mod zombies;
 
 use crate::cgroupfs::CgroupLayout;
 use crate::clock::Clock;
-use crate::discover::{Discovery, Inventory};
+use crate::discover::{Discovery, Inventory, PodCgroup, Workload};
 use crate::error::ReadError;
-use crate::model::{NodePids, PidsSample, SamplerStatus};
+use crate::model::{Feature, NodePids, PidsSample, SamplerStatus, SocketCounts};
 use health::{thread_cpu, SamplerHealth};
 use logs::{ContainerLogSample, LogTailer};
 use memory::{MemoryReader, MemorySample};
-use net::sampler::{NetSample, NetSampler};
+use net::dump::DumpResult;
+use net::sampler::{NetSampler, PodNet};
 use oom::{KmsgSource, KmsgTick};
 use pids::PidsReader;
 use processes::ProcessSampler;
 use procs::{ProcSummary, ProcTable};
 use sampler::{Ctx, DiscoverySampler, KmsgSampler, LogSampler, MemorySampler, NetPass, Sampler};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,24 +57,81 @@ impl<T> Reading<T> {
     }
 }
 
-/// Raw values of one tick, indexed like `inventory.workloads` / `inventory.pods`.
+/// What one tick read of one workload: a record per workload, so every value of it travels with
+/// it (no vector a sampler could leave shorter than another).
+#[derive(Debug, Clone)]
+pub struct WorkloadSample {
+    pub workload: Workload,
+    pub memory: Reading<MemorySample>,
+    /// Its subtree's `cgroup.procs`; empty while neither the process sampler nor the network
+    /// pass runs.
+    pub pids: Vec<u32>,
+    /// Its processes and zombies; `None` while the process sampler is off or failed as a whole
+    /// (then `None` in every record of the tick).
+    pub procs: Option<ProcSummary>,
+    /// Its pids controller; `Absent` also while the pids reader is off.
+    pub pids_controller: Reading<PidsSample>,
+    /// Its sockets; `None` while the socket sampler is off (or the pass attributed it none).
+    pub sockets: Option<SocketCounts>,
+}
+
+impl WorkloadSample {
+    /// The record before any sampler has read: every value absent.
+    pub fn new(workload: Workload) -> Self {
+        WorkloadSample {
+            workload,
+            memory: Reading::Absent,
+            pids: Vec::new(),
+            procs: None,
+            pids_controller: Reading::Absent,
+            sockets: None,
+        }
+    }
+}
+
+/// What one tick read of one pod's cgroup and network namespace.
+#[derive(Debug, Clone)]
+pub struct PodSample {
+    pub pod: PodCgroup,
+    /// The pod cgroup's memory files; only read where OOM counts are hierarchical (v2), `None`
+    /// also when that read failed.
+    pub memory: Option<MemorySample>,
+    /// Its network namespace; `None` while conntrack is off or it has none this tick.
+    pub net: Option<PodNet>,
+}
+
+impl PodSample {
+    pub fn new(pod: PodCgroup) -> Self {
+        PodSample {
+            pod,
+            memory: None,
+            net: None,
+        }
+    }
+}
+
+/// The network pass's node-wide part (its per-workload and per-pod parts are in the records).
+#[derive(Debug, Default)]
+pub struct NodeNet {
+    pub node_conntrack: Option<(u64, u64)>,
+    /// The last completed dump, while fresh enough to stand for the current table.
+    pub dump: Option<DumpResult>,
+    pub features: Vec<Feature>,
+}
+
+/// Raw values of one tick: a record per workload and per pod discovery found (the last good
+/// inventory when its scan failed), in its order, and the node-wide values.
 #[derive(Debug, Default)]
 pub struct TickSample {
-    pub inventory: Inventory,
-    pub memory: Vec<Reading<MemorySample>>,
-    /// Pod cgroups' memory files; only read where OOM counts are hierarchical (v2).
-    pub pod_memory: Vec<Option<MemorySample>>,
-    /// Pids of each workload (its subtree's `cgroup.procs`).
-    pub pids: Vec<Vec<u32>>,
-    /// `None` when the process sampler is off or failed as a whole.
-    pub procs: Option<HashMap<usize, ProcSummary>>,
-    /// Each workload's pids controller; empty when off.
-    pub pids_controller: Vec<Reading<PidsSample>>,
+    pub workloads: Vec<WorkloadSample>,
+    pub pods: Vec<PodSample>,
     /// The node's task table against its limit.
     pub node_pids: Option<NodePids>,
+    /// By log directory (identities between two instances have a log and no cgroup); `None`
+    /// while the log sampler is off.
     pub logs: Option<Vec<ContainerLogSample>>,
     /// `None` when both network samplers are off.
-    pub net: Option<NetSample>,
+    pub net: Option<NodeNet>,
     /// OOM kills from the kernel log; `None` while that source is off or cannot read.
     pub kmsg: Option<KmsgTick>,
 }
@@ -88,6 +145,8 @@ pub struct Samplers {
     layout: CgroupLayout,
     /// The tree, listed once per tick by the discovery sampler and read by the others.
     discovery: Discovery,
+    /// What discovery's last good scan found.
+    inventory: Inventory,
     scan: DiscoverySampler,
     memory: MemorySampler,
     kmsg: KmsgSampler,
@@ -111,6 +170,7 @@ impl Samplers {
             clock,
             layout,
             discovery,
+            inventory: Inventory::default(),
             scan: DiscoverySampler::default(),
             memory: MemorySampler::new(memory),
             kmsg: KmsgSampler::new(None),
@@ -208,6 +268,7 @@ impl Samplers {
             clock,
             layout,
             discovery,
+            inventory,
             scan,
             memory,
             kmsg,
@@ -219,6 +280,7 @@ impl Samplers {
             clock: clock.as_ref(),
             layout,
             discovery,
+            inventory,
             tick: &mut tick,
         };
         let order: [&mut dyn Sampler; 6] = [scan, memory, kmsg, processes, net, logs];

@@ -2,7 +2,7 @@
 
 use super::Tracker;
 use crate::clock::{Clock, ManualClock};
-use crate::discover::{Inventory, PodCgroup, Workload, WorkloadKind};
+use crate::discover::{PodCgroup, Workload, WorkloadKind};
 use crate::model::{
     Held, Kind, LineCounts, MemoryValues, PidsSample, PodSignals, QosClass, WorkloadId,
     WorkloadSignals,
@@ -10,8 +10,7 @@ use crate::model::{
 use crate::sample::logs::ContainerLogSample;
 use crate::sample::memory::MemorySample;
 use crate::sample::procs::ProcSummary;
-use crate::sample::{Reading, TickSample};
-use std::collections::HashMap;
+use crate::sample::{PodSample, Reading, TickSample, WorkloadSample};
 use std::time::Duration;
 
 const TICK: Duration = Duration::from_secs(5);
@@ -55,14 +54,15 @@ fn mem(usage_bytes: u64, oom_kills: u64) -> MemorySample {
 
 /// A tick of `workloads` in pod `u`, each with the memory reading beside it.
 fn tick(workloads: Vec<(Workload, Reading<MemorySample>)>) -> TickSample {
-    let (workloads, memory) = workloads.into_iter().unzip();
     TickSample {
-        inventory: Inventory {
-            workloads,
-            pods: vec![pod()],
-            sandboxes: 0,
-        },
-        memory,
+        workloads: workloads
+            .into_iter()
+            .map(|(w, memory)| WorkloadSample {
+                memory,
+                ..WorkloadSample::new(w)
+            })
+            .collect(),
+        pods: vec![PodSample::new(pod())],
         ..TickSample::default()
     }
 }
@@ -223,7 +223,7 @@ fn a_failed_reading_keeps_the_last_good_value_marked_stale() {
     let mut tr = Tracker::new();
     let app = |m: Reading<MemorySample>, p: Reading<PidsSample>| {
         let mut t = tick(vec![(container("app", "aaaa"), m)]);
-        t.pids_controller = vec![p];
+        t.workloads[0].pids_controller = p;
         t
     };
     let pids = |current| PidsSample {
@@ -285,13 +285,10 @@ fn a_failed_reading_keeps_the_last_good_value_marked_stale() {
     assert_eq!(w.oom_kills_total, 2);
     // The process sampler off or failed as a whole: its last summary, stale.
     let mut t = app(Reading::Read(mem(200, 2)), Reading::Read(pids(9)));
-    t.procs = Some(HashMap::from([(
-        0,
-        ProcSummary {
-            processes: 4,
-            ..ProcSummary::default()
-        },
-    )]));
+    t.workloads[0].procs = Some(ProcSummary {
+        processes: 4,
+        ..ProcSummary::default()
+    });
     clock.advance(TICK);
     let (out, _) = tr.update(clock.now(), &t);
     assert_eq!(
@@ -301,7 +298,7 @@ fn a_failed_reading_keeps_the_last_good_value_marked_stale() {
             stale: false
         })
     );
-    t.procs = None;
+    t.workloads[0].procs = None;
     clock.advance(TICK);
     let (out, _) = tr.update(clock.now(), &t);
     assert_eq!(
@@ -323,16 +320,14 @@ fn a_pod_and_the_instances_of_one_identity_aggregate() {
         (container("app", "bbbb"), Reading::Read(mem(300, 0))),
         (container("side", "cccc"), Reading::Read(mem(10, 0))),
     ]);
-    t.pod_memory = vec![Some(mem(410, 0))];
+    t.pods[0].memory = Some(mem(410, 0));
     let summary = |processes| ProcSummary {
         processes,
         ..ProcSummary::default()
     };
-    t.procs = Some(HashMap::from([
-        (0, summary(2)),
-        (1, summary(3)),
-        (2, summary(1)),
-    ]));
+    for (w, n) in t.workloads.iter_mut().zip([2, 3, 1]) {
+        w.procs = Some(summary(n));
+    }
     // Two log dirs of one name (a pod recreated under it): summed too.
     t.logs = Some(vec![log("app", 4, 0, None), log("app", 6, 0, None)]);
     let (out, pods) = tr.update(clock.now(), &t);
@@ -367,7 +362,7 @@ fn a_pod_and_the_instances_of_one_identity_aggregate() {
         (container("app", "dddd"), Reading::Read(mem(100, 0))),
         (container("side", "cccc"), Reading::Read(mem(10, 0))),
     ]);
-    t.pod_memory = vec![Some(mem(110, 1))];
+    t.pods[0].memory = Some(mem(110, 1));
     let (out, pods) = tr.update(clock.now(), &t);
     assert_eq!(pods, [want(1)]);
     assert_eq!(find(&out, "app").oom_kills_total, 1);
