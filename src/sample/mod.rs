@@ -136,10 +136,40 @@ pub struct TickSample {
     pub kmsg: Option<KmsgTick>,
 }
 
-/// The samplers, run in a fixed order each tick: discovery first (the others read its inventory
-/// and listings), memory, the kernel log (after the scan), processes (reusing discovery's
-/// `cgroup.procs` listings), the network pass (over the pids processes listed), logs (over the
-/// pod log root discovery listed).
+/// Declares `Registry` with one field per sampler, in the order a tick runs them: the one list
+/// of the samplers, which both of its iterators follow.
+macro_rules! registry {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty,)+) => {
+        struct Registry {
+            $($(#[$doc])* $name: $ty,)+
+        }
+
+        impl Registry {
+            fn all(&self) -> impl Iterator<Item = &dyn Sampler> {
+                [$(&self.$name as &dyn Sampler),+].into_iter()
+            }
+            fn all_mut(&mut self) -> impl Iterator<Item = &mut dyn Sampler> {
+                [$(&mut self.$name as &mut dyn Sampler),+].into_iter()
+            }
+        }
+    };
+}
+
+registry! {
+    /// First: the others read its inventory and listings.
+    scan: DiscoverySampler,
+    memory: MemorySampler,
+    /// After the scan: a record names a cgroup it saw, or one gone before it.
+    kmsg: KmsgSampler,
+    /// Reuses discovery's `cgroup.procs` listings.
+    processes: ProcessSampler,
+    /// Over the pids processes listed.
+    net: NetPass,
+    /// Over the pod log root discovery listed.
+    logs: LogSampler,
+}
+
+/// The samplers (`Registry`, run in its order each tick) and what they share.
 pub struct Samplers {
     clock: Arc<dyn Clock>,
     layout: CgroupLayout,
@@ -147,12 +177,7 @@ pub struct Samplers {
     discovery: Discovery,
     /// What discovery's last good scan found.
     inventory: Inventory,
-    scan: DiscoverySampler,
-    memory: MemorySampler,
-    kmsg: KmsgSampler,
-    processes: ProcessSampler,
-    net: NetPass,
-    logs: LogSampler,
+    run: Registry,
 }
 
 impl Samplers {
@@ -171,58 +196,50 @@ impl Samplers {
             layout,
             discovery,
             inventory: Inventory::default(),
-            scan: DiscoverySampler::default(),
-            memory: MemorySampler::new(memory),
-            kmsg: KmsgSampler::new(None),
-            processes: ProcessSampler::new(procs, net.needs_pids()),
-            net,
-            logs: LogSampler::new(logs),
+            run: Registry {
+                scan: DiscoverySampler::default(),
+                memory: MemorySampler::new(memory),
+                kmsg: KmsgSampler::new(None),
+                processes: ProcessSampler::new(procs, net.needs_pids()),
+                net,
+                logs: LogSampler::new(logs),
+            },
         }
     }
 
     /// Reads each workload's pids controller and the node's task table with the process sampler.
     pub fn with_pids(mut self, pids: Option<PidsReader>) -> Self {
-        self.processes.pids = pids;
+        self.run.processes.pids = pids;
         self
     }
 
     /// Reads OOM kills from the kernel log (`samplers.kmsg`).
     pub fn with_kmsg(mut self, kmsg: Option<KmsgSource>) -> Self {
-        self.kmsg = KmsgSampler::new(kmsg);
+        self.run.kmsg = KmsgSampler::new(kmsg);
         self
-    }
-
-    /// Every sampler (in the order a tick runs them).
-    fn registry(&self) -> [&dyn Sampler; 6] {
-        [
-            &self.scan,
-            &self.memory,
-            &self.kmsg,
-            &self.processes,
-            &self.net,
-            &self.logs,
-        ]
     }
 
     /// Each sampler's health, in `SamplerName` order (the snapshot's and the labels').
     pub fn status(&self, now: Instant, interval: Duration) -> Vec<SamplerStatus> {
-        let mut all: Vec<&SamplerHealth> = self
-            .registry()
-            .into_iter()
-            .flat_map(|s| s.health())
-            .collect();
+        let mut all: Vec<&SamplerHealth> = self.run.all().flat_map(|s| s.health()).collect();
         all.sort_by_key(|h| h.name);
         all.iter().map(|h| h.status(now, interval)).collect()
     }
 
     /// The kernel-log source's availability (with the network features in the snapshot).
     pub fn features(&self) -> Vec<crate::model::Feature> {
-        self.kmsg.source.iter().map(KmsgSource::feature).collect()
+        self.run
+            .kmsg
+            .source
+            .iter()
+            .map(KmsgSource::feature)
+            .collect()
     }
 
     /// The kernel-log source's counters, while it reads.
     pub fn kmsg_status(&self) -> Option<crate::model::KmsgStatus> {
-        self.kmsg
+        self.run
+            .kmsg
             .source
             .as_ref()
             .filter(|k| k.feature().available)
@@ -232,10 +249,11 @@ impl Samplers {
     /// What discovery and the log tailer skipped or hold after their last pass.
     pub fn input_stats(&self) -> crate::model::InputStats {
         let (d, t) = (self.discovery.stats(), self.discovery.tree_stats());
-        let l = self.logs.tailer.as_ref().map(|t| t.stats());
-        let sc = self.net.net.socket_cache();
-        let m = self.memory.reader.as_ref().map(MemoryReader::stats);
-        let p = self.processes.pids.as_ref().map(PidsReader::stats);
+        let r = &self.run;
+        let l = r.logs.tailer.as_ref().map(|t| t.stats());
+        let sc = r.net.net.socket_cache();
+        let m = r.memory.reader.as_ref().map(MemoryReader::stats);
+        let p = r.processes.pids.as_ref().map(PidsReader::stats);
         crate::model::InputStats {
             non_utf8_cgroups: d.non_utf8_cgroups,
             non_utf8_log_names: d.non_utf8_log_names,
@@ -269,12 +287,7 @@ impl Samplers {
             layout,
             discovery,
             inventory,
-            scan,
-            memory,
-            kmsg,
-            processes,
-            net,
-            logs,
+            run,
         } = self;
         let mut ctx = Ctx {
             clock: clock.as_ref(),
@@ -283,8 +296,7 @@ impl Samplers {
             inventory,
             tick: &mut tick,
         };
-        let order: [&mut dyn Sampler; 6] = [scan, memory, kmsg, processes, net, logs];
-        for s in order {
+        for s in run.all_mut() {
             let cpu = thread_cpu();
             s.sample(&mut ctx);
             if !s.charges_itself() {
@@ -297,6 +309,6 @@ impl Samplers {
 
     /// What the zombie tracker did at the last tick (tests).
     pub fn zombie_work(&self) -> zombies::TickWork {
-        self.processes.zombies.last
+        self.run.processes.zombies.last
     }
 }

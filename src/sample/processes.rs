@@ -5,7 +5,7 @@
 use super::health::{SamplerHealth, SamplerName};
 use super::pids::PidsReader;
 use super::procs::{ProcSummary, ProcTable};
-use super::sampler::{Ctx, Sampler};
+use super::sampler::{health_in_field, Ctx, Sampler};
 use super::zombies;
 use crate::cgroupfs::read_procs;
 use crate::error::ReadError;
@@ -36,12 +36,7 @@ impl ProcessSampler {
 }
 
 impl Sampler for ProcessSampler {
-    fn health(&self) -> &[SamplerHealth] {
-        &self.health
-    }
-    fn health_mut(&mut self) -> &mut [SamplerHealth] {
-        &mut self.health
-    }
+    health_in_field!();
     /// Lists each workload's pids and reads its pids controller, then finds the zombies: where
     /// the controller's count shows none that are not already known, no /proc read at all
     /// (`zombies.rs`).

@@ -41,6 +41,20 @@ pub trait Sampler {
     }
 }
 
+/// `Sampler::health` and `health_mut` of a sampler that keeps its healths in its `health` field
+/// (every sampler here).
+macro_rules! health_in_field {
+    () => {
+        fn health(&self) -> &[SamplerHealth] {
+            &self.health
+        }
+        fn health_mut(&mut self) -> &mut [SamplerHealth] {
+            &mut self.health
+        }
+    };
+}
+pub(super) use health_in_field;
+
 /// Discovery's scan: the inventory, or the last good one when the scan fails, and the tick's
 /// records of its workloads and pods.
 pub struct DiscoverySampler {
@@ -56,12 +70,7 @@ impl Default for DiscoverySampler {
 }
 
 impl Sampler for DiscoverySampler {
-    fn health(&self) -> &[SamplerHealth] {
-        &self.health
-    }
-    fn health_mut(&mut self) -> &mut [SamplerHealth] {
-        &mut self.health
-    }
+    health_in_field!();
     fn sample(&mut self, ctx: &mut Ctx<'_>) {
         let t = ctx.clock.now();
         match ctx.discovery.scan() {
@@ -100,12 +109,7 @@ impl MemorySampler {
 }
 
 impl Sampler for MemorySampler {
-    fn health(&self) -> &[SamplerHealth] {
-        &self.health
-    }
-    fn health_mut(&mut self) -> &mut [SamplerHealth] {
-        &mut self.health
-    }
+    health_in_field!();
     fn sample(&mut self, ctx: &mut Ctx<'_>) {
         // Off: the records' memory stays `Absent`.
         let Some(reader) = &mut self.reader else {
@@ -152,12 +156,7 @@ impl KmsgSampler {
 }
 
 impl Sampler for KmsgSampler {
-    fn health(&self) -> &[SamplerHealth] {
-        &self.health
-    }
-    fn health_mut(&mut self) -> &mut [SamplerHealth] {
-        &mut self.health
-    }
+    health_in_field!();
     fn sample(&mut self, ctx: &mut Ctx<'_>) {
         let Some(k) = &mut self.source else {
             return;
@@ -197,12 +196,7 @@ impl NetPass {
 }
 
 impl Sampler for NetPass {
-    fn health(&self) -> &[SamplerHealth] {
-        &self.health
-    }
-    fn health_mut(&mut self) -> &mut [SamplerHealth] {
-        &mut self.health
-    }
+    health_in_field!();
     fn charges_itself(&self) -> bool {
         true
     }
@@ -272,12 +266,7 @@ impl LogSampler {
 }
 
 impl Sampler for LogSampler {
-    fn health(&self) -> &[SamplerHealth] {
-        &self.health
-    }
-    fn health_mut(&mut self) -> &mut [SamplerHealth] {
-        &mut self.health
-    }
+    health_in_field!();
     fn sample(&mut self, ctx: &mut Ctx<'_>) {
         let Some(tailer) = &mut self.tailer else {
             return;
