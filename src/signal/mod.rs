@@ -9,7 +9,7 @@ pub mod restarts;
 
 use crate::discover::WorkloadKind;
 use crate::model::{
-    Held, Kind, LineCounts, MemoryValues, NodePids, PidsSample, PodSignals, SocketCounts,
+    Kept, Kind, LineCounts, MemoryValues, NodePids, PidsSample, PodSignals, SocketCounts,
     WorkloadId, WorkloadSignals,
 };
 use crate::sample::logs::ContainerLogSample;
@@ -325,7 +325,7 @@ impl Tracker {
                 cgroup: w.map(|w| w.cgroup.clone()),
                 memory: in_cgroup
                     .then(|| {
-                        st.memory.map(|m| Held {
+                        st.memory.map(|m| Kept {
                             value: MemoryValues {
                                 usage_bytes: m.usage_bytes,
                                 working_set_bytes: m.working_set_bytes,
@@ -338,7 +338,7 @@ impl Tracker {
                 oom_kills_total: st.oom.total(),
                 processes: in_cgroup
                     .then(|| {
-                        st.procs.as_ref().map(|p| Held {
+                        st.procs.as_ref().map(|p| Kept {
                             value: p.processes,
                             stale: st.procs_stale,
                         })
@@ -346,7 +346,7 @@ impl Tracker {
                     .flatten(),
                 zombies: in_cgroup
                     .then(|| {
-                        st.procs.as_ref().map(|p| Held {
+                        st.procs.as_ref().map(|p| Kept {
                             value: p.zombies,
                             stale: st.procs_stale,
                         })
@@ -367,7 +367,7 @@ impl Tracker {
                 sockets: sockets_of(instances),
                 pids: in_cgroup
                     .then(|| {
-                        st.pids.map(|p| Held {
+                        st.pids.map(|p| Kept {
                             value: p,
                             stale: st.pids_stale,
                         })
@@ -493,7 +493,7 @@ impl NodeTrends {
 }
 
 /// Sockets are a gauge of the live instances: summed over them, nothing carried across ticks.
-fn sockets_of(instances: Option<&[&WorkloadSample]>) -> Option<Held<SocketCounts>> {
+fn sockets_of(instances: Option<&[&WorkloadSample]>) -> Option<Kept<SocketCounts>> {
     let mut sum = SocketCounts::default();
     for w in instances? {
         let c = w.sockets.as_ref()?;
@@ -503,7 +503,7 @@ fn sockets_of(instances: Option<&[&WorkloadSample]>) -> Option<Held<SocketCounts
             *sum.tcp_states.entry(state).or_default() += n;
         }
     }
-    Some(Held {
+    Some(Kept {
         value: sum,
         stale: false,
     })

@@ -4,7 +4,7 @@ use super::{Tracker, IDENTITY_RETENTION};
 use crate::clock::{Clock, ManualClock};
 use crate::discover::{PodCgroup, Workload, WorkloadKind};
 use crate::model::{
-    Held, Kind, LineCounts, MemoryValues, PidsSample, PodSignals, QosClass, WorkloadId,
+    Kept, Kind, LineCounts, MemoryValues, PidsSample, PodSignals, QosClass, WorkloadId,
     WorkloadSignals,
 };
 use crate::sample::logs::ContainerLogSample;
@@ -124,7 +124,7 @@ fn a_new_workload_is_exported_with_what_its_tick_read() {
     assert_eq!(w.cgroup.as_deref(), Some("/kubepods/burstable/podu/aaaa"));
     assert_eq!(
         w.memory,
-        Some(Held {
+        Some(Kept {
             value: MemoryValues {
                 usage_bytes: 100,
                 working_set_bytes: 50,
@@ -279,7 +279,7 @@ fn a_failed_reading_keeps_the_last_good_value_marked_stale() {
             Some(memory),
             "tick {k}"
         );
-        assert_eq!(w.pids, Some(Held { value, stale }), "tick {k}");
+        assert_eq!(w.pids, Some(Kept { value, stale }), "tick {k}");
         outs.push(w);
         clock.advance(TICK);
     }
@@ -305,7 +305,7 @@ fn a_failed_reading_keeps_the_last_good_value_marked_stale() {
         let (out, _) = tr.update(clock.now(), &t);
         assert_eq!(
             find(&out, "app").processes,
-            Some(Held { value: 4, stale }),
+            Some(Kept { value: 4, stale }),
             "stale: {stale}"
         );
         clock.advance(TICK);
