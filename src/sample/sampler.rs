@@ -31,8 +31,9 @@ pub trait Sampler {
     /// it is enabled.
     fn health(&self) -> &[SamplerHealth];
     fn health_mut(&mut self) -> &mut [SamplerHealth];
-    /// Adds this sampler's part to `ctx.tick`, its errors and duration to its health. Called
-    /// every tick, enabled or not: a disabled sampler fills in what "off" means for it.
+    /// Adds this sampler's part to `ctx.tick` (its fields of the records, or a node-wide value),
+    /// its errors and duration to its health. Called every tick, enabled or not: a disabled
+    /// sampler leaves its fields as the records start (absent).
     fn sample(&mut self, ctx: &mut Ctx<'_>);
     /// `false`: the tick's thread CPU during `sample` is charged to its one health. A pass with
     /// helper threads splits its own CPU (`true`).
