@@ -15,7 +15,7 @@ use nodeguard::model::PidsSample;
 use nodeguard::model::WorkloadId;
 use nodeguard::model::ZombieParent;
 use nodeguard::model::{
-    DumpStatus, EphemeralPorts, Held, MemoryValues, NetnsSockets, NodeConntrack, PodSignals,
+    DumpStatus, EphemeralPorts, Kept, MemoryValues, NetnsSockets, NodeConntrack, PodSignals,
     Snapshot, SocketCounts, WorkloadSignals,
 };
 use std::collections::BTreeMap;
@@ -75,7 +75,7 @@ fn full_snapshot(pods: usize) -> Snapshot {
                 pod_uid: Some(uid.clone()),
                 container_id: Some(format!("{p:032x}{c:032x}")),
                 cgroup: Some(format!("/kubepods.slice/pod{p}/c{c}")),
-                memory: Some(Held {
+                memory: Some(Kept {
                     value: MemoryValues {
                         usage_bytes: 157_286_400 + p as u64,
                         working_set_bytes: 124_857_600,
@@ -84,11 +84,11 @@ fn full_snapshot(pods: usize) -> Snapshot {
                     stale: false,
                 }),
                 oom_kills_total: (p % 3) as u64,
-                processes: Some(Held {
+                processes: Some(Kept {
                     value: 9,
                     stale: false,
                 }),
-                zombies: Some(Held {
+                zombies: Some(Kept {
                     value: (p % 2) as u64,
                     stale: false,
                 }),
@@ -112,7 +112,7 @@ fn full_snapshot(pods: usize) -> Snapshot {
                     malformed: 0,
                 },
                 restarts_total: (p % 4) as u64,
-                sockets: Some(Held {
+                sockets: Some(Kept {
                     value: SocketCounts {
                         tcp: 93,
                         udp: 1,
@@ -120,7 +120,7 @@ fn full_snapshot(pods: usize) -> Snapshot {
                     },
                     stale: false,
                 }),
-                pids: Some(Held {
+                pids: Some(Kept {
                     value: PidsSample {
                         current: 23,
                         limit: Some(1024),

@@ -10,7 +10,7 @@ use nodeguard::config::Config;
 use nodeguard::discover::names::NameSource;
 use nodeguard::discover::{Discovery, DiscoveryConfig};
 use nodeguard::export::metrics::{registry, render, SharedSnapshot};
-use nodeguard::model::{Held, PodSignals, Published, Snapshot, WorkloadSignals};
+use nodeguard::model::{Kept, PodSignals, Published, Snapshot, WorkloadSignals};
 use std::fmt::{Display, Write as _};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -73,7 +73,7 @@ fn opt<T: Display>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
-fn held<T: Display>(v: &Option<Held<T>>) -> String {
+fn kept<T: Display>(v: &Option<Kept<T>>) -> String {
     match v {
         None => "-".to_owned(),
         Some(h) if h.stale => format!("{} stale", h.value),
@@ -103,8 +103,8 @@ fn describe_workload(w: &WorkloadSignals) -> String {
         },
     );
     line("oom_kills", w.oom_kills_total.to_string());
-    line("processes", held(&w.processes));
-    line("zombies", held(&w.zombies));
+    line("processes", kept(&w.processes));
+    line("zombies", kept(&w.zombies));
     for p in &w.zombie_parents {
         line(
             "zombie_parent",

@@ -8,7 +8,7 @@ use crate::action::{Actuator, DryRun, Outcome, Recording};
 use crate::clock::ManualClock;
 use crate::config::Config;
 use crate::model::{
-    Held, LineCounts, NodeConntrack, PodSignals, SocketCounts, WorkloadId, WorkloadSignals,
+    Kept, LineCounts, NodeConntrack, PodSignals, SocketCounts, WorkloadId, WorkloadSignals,
 };
 use std::path::Path;
 use std::time::Duration;
@@ -120,7 +120,7 @@ fn w(r: &Rig, ns: &str, pod: &str, c: &str, id: &str, per_min: u64) -> WorkloadS
             malformed: 0,
         },
         restarts_total: 0,
-        sockets: Some(Held {
+        sockets: Some(Kept {
             value: SocketCounts::default(),
             stale: false,
         }),

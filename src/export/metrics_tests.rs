@@ -7,7 +7,7 @@ use crate::model::LineCounts;
 use crate::model::WorkloadId;
 use crate::model::ZombieParent;
 use crate::model::{
-    BreakerView, GuardStatus, Held, MemoryValues, PendingView, PodSignals, Published,
+    BreakerView, GuardStatus, Kept, MemoryValues, PendingView, PodSignals, Published,
     SamplerStatus, Snapshot, WorkloadSignals,
 };
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -37,7 +37,7 @@ fn workload(ns: &str, pod: &str, container: &str, comms: &[String]) -> WorkloadS
         pod_uid: Some("uid".into()),
         container_id: Some("cid".into()),
         cgroup: Some(format!("/kubepods/{pod}")),
-        memory: Some(Held {
+        memory: Some(Kept {
             value: MemoryValues {
                 usage_bytes: 2,
                 working_set_bytes: 1,
@@ -46,11 +46,11 @@ fn workload(ns: &str, pod: &str, container: &str, comms: &[String]) -> WorkloadS
             stale: true,
         }),
         oom_kills_total: 1,
-        processes: Some(Held {
+        processes: Some(Kept {
             value: 4,
             stale: true,
         }),
-        zombies: Some(Held {
+        zombies: Some(Kept {
             value: comms.len() as u64,
             stale: false,
         }),
@@ -559,7 +559,7 @@ fn full_snapshot() -> Published {
     } = hostile_snapshot();
     s.node = "n1".into();
     for (i, w) in s.workloads.iter_mut().enumerate() {
-        w.sockets = Some(Held {
+        w.sockets = Some(Kept {
             value: SocketCounts {
                 tcp: 3,
                 udp: 1,
@@ -567,7 +567,7 @@ fn full_snapshot() -> Published {
             },
             stale: false,
         });
-        w.pids = Some(Held {
+        w.pids = Some(Kept {
             value: PidsSample {
                 current: 7,
                 limit: Some(100),

@@ -124,9 +124,10 @@ pub struct InputStats {
     pub discovery_watch_overflows_total: u64,
 }
 
-/// A value carried from the last good read when the current read failed.
+/// A value of the last good read: this tick's, or kept from an earlier tick when this tick's
+/// read failed (`stale`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Held<T> {
+pub struct Kept<T> {
     pub value: T,
     pub stale: bool,
 }
@@ -160,18 +161,18 @@ pub struct WorkloadSignals {
     /// between crash-loop restarts.
     pub container_id: Option<String>,
     pub cgroup: Option<String>,
-    pub memory: Option<Held<MemoryValues>>,
+    pub memory: Option<Kept<MemoryValues>>,
     pub oom_kills_total: u64,
-    pub processes: Option<Held<u64>>,
-    pub zombies: Option<Held<u64>>,
+    pub processes: Option<Kept<u64>>,
+    pub zombies: Option<Kept<u64>>,
     pub zombie_parents: Vec<ZombieParent>,
     pub log_lines_total: LineCounts,
     pub log_lines_per_minute: LineCounts,
     pub restarts_total: u64,
     /// TCP/UDP sockets reachable from the workload's own file descriptors.
-    pub sockets: Option<Held<SocketCounts>>,
+    pub sockets: Option<Kept<SocketCounts>>,
     /// The pids controller: tasks (threads and zombies) and `pids.max`.
-    pub pids: Option<Held<PidsSample>>,
+    pub pids: Option<Kept<PidsSample>>,
     /// Seconds until the working set reaches the limit at the recent trend; `None` while not
     /// growing towards it, or unlimited.
     pub memory_full_in_seconds: Option<f64>,

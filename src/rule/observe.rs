@@ -161,7 +161,7 @@ pub fn targets(snap: &Snapshot, key: &Target) -> Vec<WorkloadId> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Held, Kind};
+    use crate::model::{Kept, Kind};
 
     #[test]
     fn a_unit_named_node_is_a_workload_not_the_node() {
@@ -175,7 +175,7 @@ mod tests {
             memory: None,
             oom_kills_total: 0,
             processes: None,
-            zombies: Some(Held {
+            zombies: Some(Kept {
                 value: 3,
                 stale: false,
             }),

@@ -16,19 +16,19 @@ pub mod zombies;
 
 use crate::cgroupfs::CgroupLayout;
 use crate::clock::Clock;
-use crate::discover::{Discovery, Inventory};
+use crate::discover::{Discovery, Inventory, PodCgroup, Workload};
 use crate::error::ReadError;
-use crate::model::{NodePids, PidsSample, SamplerStatus};
+use crate::model::{Feature, NodePids, PidsSample, SamplerStatus, SocketCounts};
 use health::{thread_cpu, SamplerHealth};
 use logs::{ContainerLogSample, LogTailer};
 use memory::{MemoryReader, MemorySample};
-use net::sampler::{NetSample, NetSampler};
+use net::dump::DumpResult;
+use net::sampler::{NetSampler, PodNet};
 use oom::{KmsgSource, KmsgTick};
 use pids::PidsReader;
 use processes::ProcessSampler;
 use procs::{ProcSummary, ProcTable};
 use sampler::{Ctx, DiscoverySampler, KmsgSampler, LogSampler, MemorySampler, NetPass, Sampler};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,43 +57,127 @@ impl<T> Reading<T> {
     }
 }
 
-/// Raw values of one tick, indexed like `inventory.workloads` / `inventory.pods`.
+/// What one tick read of one workload: a record per workload, so every value of it travels with
+/// it (no vector a sampler could leave shorter than another).
+#[derive(Debug, Clone)]
+pub struct WorkloadSample {
+    pub workload: Workload,
+    pub memory: Reading<MemorySample>,
+    /// Its subtree's `cgroup.procs`; empty while neither the process sampler nor the network
+    /// pass runs.
+    pub pids: Vec<u32>,
+    /// Its processes and zombies; `None` while the process sampler is off or failed as a whole
+    /// (then `None` in every record of the tick).
+    pub procs: Option<ProcSummary>,
+    /// Its pids controller; `Absent` also while the pids reader is off.
+    pub pids_controller: Reading<PidsSample>,
+    /// Its sockets; `None` while the socket sampler is off (or the pass attributed it none).
+    pub sockets: Option<SocketCounts>,
+}
+
+impl WorkloadSample {
+    /// The record before any sampler has read: every value absent.
+    pub fn new(workload: Workload) -> Self {
+        WorkloadSample {
+            workload,
+            memory: Reading::Absent,
+            pids: Vec::new(),
+            procs: None,
+            pids_controller: Reading::Absent,
+            sockets: None,
+        }
+    }
+}
+
+/// What one tick read of one pod's cgroup and network namespace.
+#[derive(Debug, Clone)]
+pub struct PodSample {
+    pub pod: PodCgroup,
+    /// The pod cgroup's memory files; only read where OOM counts are hierarchical (v2), `None`
+    /// also when that read failed.
+    pub memory: Option<MemorySample>,
+    /// Its network namespace; `None` while conntrack is off or it has none this tick.
+    pub net: Option<PodNet>,
+}
+
+impl PodSample {
+    pub fn new(pod: PodCgroup) -> Self {
+        PodSample {
+            pod,
+            memory: None,
+            net: None,
+        }
+    }
+}
+
+/// The network pass's node-wide part (its per-workload and per-pod parts are in the records).
+#[derive(Debug, Default)]
+pub struct NodeNet {
+    pub node_conntrack: Option<(u64, u64)>,
+    /// The last completed dump, while fresh enough to stand for the current table.
+    pub dump: Option<DumpResult>,
+    pub features: Vec<Feature>,
+}
+
+/// Raw values of one tick: a record per workload and per pod discovery found (the last good
+/// inventory when its scan failed), in its order, and the node-wide values.
 #[derive(Debug, Default)]
 pub struct TickSample {
-    pub inventory: Inventory,
-    pub memory: Vec<Reading<MemorySample>>,
-    /// Pod cgroups' memory files; only read where OOM counts are hierarchical (v2).
-    pub pod_memory: Vec<Option<MemorySample>>,
-    /// Pids of each workload (its subtree's `cgroup.procs`).
-    pub pids: Vec<Vec<u32>>,
-    /// `None` when the process sampler is off or failed as a whole.
-    pub procs: Option<HashMap<usize, ProcSummary>>,
-    /// Each workload's pids controller; empty when off.
-    pub pids_controller: Vec<Reading<PidsSample>>,
+    pub workloads: Vec<WorkloadSample>,
+    pub pods: Vec<PodSample>,
     /// The node's task table against its limit.
     pub node_pids: Option<NodePids>,
+    /// By log directory (identities between two instances have a log and no cgroup); `None`
+    /// while the log sampler is off.
     pub logs: Option<Vec<ContainerLogSample>>,
     /// `None` when both network samplers are off.
-    pub net: Option<NetSample>,
+    pub net: Option<NodeNet>,
     /// OOM kills from the kernel log; `None` while that source is off or cannot read.
     pub kmsg: Option<KmsgTick>,
 }
 
-/// The samplers, run in a fixed order each tick: discovery first (the others read its inventory
-/// and listings), memory, the kernel log (after the scan), processes (reusing discovery's
-/// `cgroup.procs` listings), the network pass (over the pids processes listed), logs (over the
-/// pod log root discovery listed).
+/// Declares `Registry` with one field per sampler, in the order a tick runs them: the one list
+/// of the samplers, which both of its iterators follow.
+macro_rules! registry {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty,)+) => {
+        struct Registry {
+            $($(#[$doc])* $name: $ty,)+
+        }
+
+        impl Registry {
+            fn all(&self) -> impl Iterator<Item = &dyn Sampler> {
+                [$(&self.$name as &dyn Sampler),+].into_iter()
+            }
+            fn all_mut(&mut self) -> impl Iterator<Item = &mut dyn Sampler> {
+                [$(&mut self.$name as &mut dyn Sampler),+].into_iter()
+            }
+        }
+    };
+}
+
+registry! {
+    /// First: the others read its inventory and listings.
+    scan: DiscoverySampler,
+    memory: MemorySampler,
+    /// After the scan: a record names a cgroup it saw, or one gone before it.
+    kmsg: KmsgSampler,
+    /// Reuses discovery's `cgroup.procs` listings.
+    processes: ProcessSampler,
+    /// Over the pids processes listed.
+    net: NetPass,
+    /// Over the pod log root discovery listed.
+    logs: LogSampler,
+}
+
+/// The samplers (`Registry`, run in its order each tick) and what they share.
 pub struct Samplers {
     clock: Arc<dyn Clock>,
     layout: CgroupLayout,
     /// The tree, listed once per tick by the discovery sampler and read by the others.
     discovery: Discovery,
-    scan: DiscoverySampler,
-    memory: MemorySampler,
-    kmsg: KmsgSampler,
-    processes: ProcessSampler,
-    net: NetPass,
-    logs: LogSampler,
+    /// What discovery's last good scan found.
+    inventory: Inventory,
+    run: Registry,
 }
 
 impl Samplers {
@@ -111,58 +195,51 @@ impl Samplers {
             clock,
             layout,
             discovery,
-            scan: DiscoverySampler::default(),
-            memory: MemorySampler::new(memory),
-            kmsg: KmsgSampler::new(None),
-            processes: ProcessSampler::new(procs, net.needs_pids()),
-            net,
-            logs: LogSampler::new(logs),
+            inventory: Inventory::default(),
+            run: Registry {
+                scan: DiscoverySampler::default(),
+                memory: MemorySampler::new(memory),
+                kmsg: KmsgSampler::new(None),
+                processes: ProcessSampler::new(procs, net.needs_pids()),
+                net,
+                logs: LogSampler::new(logs),
+            },
         }
     }
 
     /// Reads each workload's pids controller and the node's task table with the process sampler.
     pub fn with_pids(mut self, pids: Option<PidsReader>) -> Self {
-        self.processes.pids = pids;
+        self.run.processes.pids = pids;
         self
     }
 
     /// Reads OOM kills from the kernel log (`samplers.kmsg`).
     pub fn with_kmsg(mut self, kmsg: Option<KmsgSource>) -> Self {
-        self.kmsg = KmsgSampler::new(kmsg);
+        self.run.kmsg = KmsgSampler::new(kmsg);
         self
-    }
-
-    /// Every sampler (in the order a tick runs them).
-    fn registry(&self) -> [&dyn Sampler; 6] {
-        [
-            &self.scan,
-            &self.memory,
-            &self.kmsg,
-            &self.processes,
-            &self.net,
-            &self.logs,
-        ]
     }
 
     /// Each sampler's health, in `SamplerName` order (the snapshot's and the labels').
     pub fn status(&self, now: Instant, interval: Duration) -> Vec<SamplerStatus> {
-        let mut all: Vec<&SamplerHealth> = self
-            .registry()
-            .into_iter()
-            .flat_map(|s| s.health())
-            .collect();
+        let mut all: Vec<&SamplerHealth> = self.run.all().flat_map(|s| s.health()).collect();
         all.sort_by_key(|h| h.name);
         all.iter().map(|h| h.status(now, interval)).collect()
     }
 
     /// The kernel-log source's availability (with the network features in the snapshot).
     pub fn features(&self) -> Vec<crate::model::Feature> {
-        self.kmsg.source.iter().map(KmsgSource::feature).collect()
+        self.run
+            .kmsg
+            .source
+            .iter()
+            .map(KmsgSource::feature)
+            .collect()
     }
 
     /// The kernel-log source's counters, while it reads.
     pub fn kmsg_status(&self) -> Option<crate::model::KmsgStatus> {
-        self.kmsg
+        self.run
+            .kmsg
             .source
             .as_ref()
             .filter(|k| k.feature().available)
@@ -172,10 +249,11 @@ impl Samplers {
     /// What discovery and the log tailer skipped or hold after their last pass.
     pub fn input_stats(&self) -> crate::model::InputStats {
         let (d, t) = (self.discovery.stats(), self.discovery.tree_stats());
-        let l = self.logs.tailer.as_ref().map(|t| t.stats());
-        let sc = self.net.net.socket_cache();
-        let m = self.memory.reader.as_ref().map(MemoryReader::stats);
-        let p = self.processes.pids.as_ref().map(PidsReader::stats);
+        let r = &self.run;
+        let l = r.logs.tailer.as_ref().map(|t| t.stats());
+        let sc = r.net.net.socket_cache();
+        let m = r.memory.reader.as_ref().map(MemoryReader::stats);
+        let p = r.processes.pids.as_ref().map(PidsReader::stats);
         crate::model::InputStats {
             non_utf8_cgroups: d.non_utf8_cgroups,
             non_utf8_log_names: d.non_utf8_log_names,
@@ -208,21 +286,17 @@ impl Samplers {
             clock,
             layout,
             discovery,
-            scan,
-            memory,
-            kmsg,
-            processes,
-            net,
-            logs,
+            inventory,
+            run,
         } = self;
         let mut ctx = Ctx {
             clock: clock.as_ref(),
             layout,
             discovery,
+            inventory,
             tick: &mut tick,
         };
-        let order: [&mut dyn Sampler; 6] = [scan, memory, kmsg, processes, net, logs];
-        for s in order {
+        for s in run.all_mut() {
             let cpu = thread_cpu();
             s.sample(&mut ctx);
             if !s.charges_itself() {
@@ -235,6 +309,6 @@ impl Samplers {
 
     /// What the zombie tracker did at the last tick (tests).
     pub fn zombie_work(&self) -> zombies::TickWork {
-        self.processes.zombies.last
+        self.run.processes.zombies.last
     }
 }

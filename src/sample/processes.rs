@@ -5,7 +5,7 @@
 use super::health::{SamplerHealth, SamplerName};
 use super::pids::PidsReader;
 use super::procs::{ProcSummary, ProcTable};
-use super::sampler::{Ctx, Sampler};
+use super::sampler::{health_in_field, Ctx, Sampler};
 use super::zombies;
 use crate::cgroupfs::read_procs;
 use crate::error::ReadError;
@@ -36,12 +36,7 @@ impl ProcessSampler {
 }
 
 impl Sampler for ProcessSampler {
-    fn health(&self) -> &[SamplerHealth] {
-        &self.health
-    }
-    fn health_mut(&mut self) -> &mut [SamplerHealth] {
-        &mut self.health
-    }
+    health_in_field!();
     /// Lists each workload's pids and reads its pids controller, then finds the zombies: where
     /// the controller's count shows none that are not already known, no /proc read at all
     /// (`zombies.rs`).
@@ -50,12 +45,12 @@ impl Sampler for ProcessSampler {
             return;
         }
         let tick = &mut *ctx.tick;
+        let inv = &*ctx.inventory;
         let t = ctx.clock.now();
         let primary = ctx.layout.primary();
         let mut errors: Vec<ReadError> = Vec::new();
         let mut owner_of = std::mem::take(&mut self.owner_of);
         owner_of.clear();
-        let mut summaries: HashMap<usize, ProcSummary> = HashMap::new();
         let mut listed = ctx.discovery.take_listed();
         let track = self.procs.as_ref().is_some_and(ProcTable::has_children);
         let mut measures = Vec::new();
@@ -64,7 +59,8 @@ impl Sampler for ProcessSampler {
         if let Some(reader) = &mut self.pids {
             reader.begin_pass();
         }
-        for (i, w) in tick.inventory.workloads.iter().enumerate() {
+        for (i, ws) in tick.workloads.iter_mut().enumerate() {
+            let w = &ws.workload;
             let mut pids = Vec::new();
             for rel in &w.subtree {
                 let read = match (listed.remove(rel), &mut self.pids) {
@@ -82,12 +78,11 @@ impl Sampler for ProcessSampler {
             // After the listing: a fork in between can only make a spurious difference.
             if let Some(reader) = &mut self.pids {
                 let (sample, m) = reader.measure(w, &ino_of, pids.len(), track, &mut errors);
-                tick.pids_controller.push(sample);
+                ws.pids_controller = sample;
                 measures.push(m);
             }
             owner_of.extend(pids.iter().map(|&p| (p, i)));
-            summaries.entry(i).or_default().processes = pids.len() as u64;
-            tick.pids.push(pids);
+            ws.pids = pids;
         }
         if let Some(reader) = &self.pids {
             match reader.read_node() {
@@ -95,6 +90,7 @@ impl Sampler for ProcessSampler {
                 Err(e) => errors.push(e),
             }
         }
+        // No process table: the records' summaries stay `None`.
         let Some(table) = &self.procs else {
             if let Some(r) = &mut self.pids {
                 r.finish_pass();
@@ -102,7 +98,7 @@ impl Sampler for ProcessSampler {
             self.owner_of = owner_of;
             return;
         };
-        let workloads = &tick.inventory.workloads;
+        let workloads = &inv.workloads;
         let input = zombies::TickInput {
             workloads,
             owner_of: &owner_of,
@@ -128,14 +124,17 @@ impl Sampler for ProcessSampler {
             r.finish_pass();
         }
         match ticked {
-            Ok(zombies) => {
-                for (i, z) in zombies {
-                    let s = summaries.entry(i).or_default();
-                    s.zombies = z.zombies;
-                    s.zombie_parents = z.zombie_parents;
+            Ok(mut zombies) => {
+                // Every record gets its summary, or (the tracker failed) none does.
+                for (i, ws) in tick.workloads.iter_mut().enumerate() {
+                    let z = zombies.remove(&i).unwrap_or_default();
+                    ws.procs = Some(ProcSummary {
+                        processes: ws.pids.len() as u64,
+                        zombies: z.zombies,
+                        zombie_parents: z.zombie_parents,
+                    });
                 }
                 self.health[0].finish(t, ctx.clock.now(), &errors, true);
-                tick.procs = Some(summaries);
             }
             Err(e) => {
                 errors.push(e);

@@ -6,17 +6,21 @@ use super::logs::LogTailer;
 use super::memory::MemoryReader;
 use super::net::sampler::NetSampler;
 use super::oom::KmsgSource;
-use super::{Reading, TickSample};
+use super::{NodeNet, PodSample, Reading, TickSample, WorkloadSample};
 use crate::cgroupfs::CgroupLayout;
 use crate::clock::Clock;
 use crate::discover::{Discovery, Inventory};
 
 /// What a sampler reads besides its own reader: the clock, the layout, the tree discovery
-/// listed this tick, and the tick so far (the samplers before it have filled their parts).
+/// listed this tick and the inventory it found, and the tick so far (the samplers before it
+/// have filled their parts).
 pub struct Ctx<'a> {
     pub clock: &'a dyn Clock,
     pub layout: &'a CgroupLayout,
     pub discovery: &'a mut Discovery,
+    /// This tick's inventory (the last good one when the scan failed); `tick` has a record per
+    /// workload and pod of it, in its order.
+    pub inventory: &'a mut Inventory,
     pub tick: &'a mut TickSample,
 }
 
@@ -27,8 +31,9 @@ pub trait Sampler {
     /// it is enabled.
     fn health(&self) -> &[SamplerHealth];
     fn health_mut(&mut self) -> &mut [SamplerHealth];
-    /// Adds this sampler's part to `ctx.tick`, its errors and duration to its health. Called
-    /// every tick, enabled or not: a disabled sampler fills in what "off" means for it.
+    /// Adds this sampler's part to `ctx.tick` (its fields of the records, or a node-wide value),
+    /// its errors and duration to its health. Called every tick, enabled or not: a disabled
+    /// sampler leaves its fields as the records start (absent).
     fn sample(&mut self, ctx: &mut Ctx<'_>);
     /// `false`: the tick's thread CPU during `sample` is charged to its one health. A pass with
     /// helper threads splits its own CPU (`true`).
@@ -37,41 +42,55 @@ pub trait Sampler {
     }
 }
 
-/// Discovery's scan: the inventory, or the last good one when the scan fails.
+/// `Sampler::health` and `health_mut` of a sampler that keeps its healths in its `health` field
+/// (every sampler here).
+macro_rules! health_in_field {
+    () => {
+        fn health(&self) -> &[SamplerHealth] {
+            &self.health
+        }
+        fn health_mut(&mut self) -> &mut [SamplerHealth] {
+            &mut self.health
+        }
+    };
+}
+pub(super) use health_in_field;
+
+/// Discovery's scan: the inventory, or the last good one when the scan fails, and the tick's
+/// records of its workloads and pods.
 pub struct DiscoverySampler {
     health: [SamplerHealth; 1],
-    last_inventory: Inventory,
 }
 
 impl Default for DiscoverySampler {
     fn default() -> Self {
         DiscoverySampler {
             health: [SamplerHealth::new(SamplerName::Discovery, true)],
-            last_inventory: Inventory::default(),
         }
     }
 }
 
 impl Sampler for DiscoverySampler {
-    fn health(&self) -> &[SamplerHealth] {
-        &self.health
-    }
-    fn health_mut(&mut self) -> &mut [SamplerHealth] {
-        &mut self.health
-    }
+    health_in_field!();
     fn sample(&mut self, ctx: &mut Ctx<'_>) {
         let t = ctx.clock.now();
-        ctx.tick.inventory = match ctx.discovery.scan() {
+        match ctx.discovery.scan() {
             Ok(inv) => {
                 self.health[0].finish(t, ctx.clock.now(), &[], true);
-                self.last_inventory = inv.clone();
-                inv
+                *ctx.inventory = inv;
             }
-            Err(e) => {
-                self.health[0].finish(t, ctx.clock.now(), &[e], false);
-                self.last_inventory.clone()
-            }
-        };
+            // The last good inventory stays.
+            Err(e) => self.health[0].finish(t, ctx.clock.now(), &[e], false),
+        }
+        let inv = &*ctx.inventory;
+        let tick = &mut *ctx.tick;
+        tick.workloads = inv
+            .workloads
+            .iter()
+            .cloned()
+            .map(WorkloadSample::new)
+            .collect();
+        tick.pods = inv.pods.iter().cloned().map(PodSample::new).collect();
     }
 }
 
@@ -91,40 +110,29 @@ impl MemorySampler {
 }
 
 impl Sampler for MemorySampler {
-    fn health(&self) -> &[SamplerHealth] {
-        &self.health
-    }
-    fn health_mut(&mut self) -> &mut [SamplerHealth] {
-        &mut self.health
-    }
+    health_in_field!();
     fn sample(&mut self, ctx: &mut Ctx<'_>) {
-        let tick = &mut *ctx.tick;
+        // Off: the records' memory stays `Absent`.
         let Some(reader) = &mut self.reader else {
-            tick.memory = tick
-                .inventory
-                .workloads
-                .iter()
-                .map(|_| Reading::Absent)
-                .collect();
             return;
         };
+        let tick = &mut *ctx.tick;
         let t = ctx.clock.now();
         let mut errors = Vec::new();
         let d = &*ctx.discovery;
         reader.begin_pass();
-        for w in &tick.inventory.workloads {
-            let ino = d.cgroup_ino(&w.cgroup);
-            tick.memory
-                .push(Reading::of(reader.read(&w.cgroup, ino), &mut errors));
+        for w in &mut tick.workloads {
+            let cgroup = &w.workload.cgroup;
+            let ino = d.cgroup_ino(cgroup);
+            w.memory = Reading::of(reader.read(cgroup, ino), &mut errors);
         }
         if ctx.layout.memory_is_v2() {
-            for p in &tick.inventory.pods {
-                let ino = d.cgroup_ino(&p.cgroup);
-                tick.pod_memory
-                    .push(reader.read(&p.cgroup, ino).unwrap_or_else(|e| {
-                        errors.push(e);
-                        None
-                    }));
+            for p in &mut tick.pods {
+                let ino = d.cgroup_ino(&p.pod.cgroup);
+                p.memory = reader.read(&p.pod.cgroup, ino).unwrap_or_else(|e| {
+                    errors.push(e);
+                    None
+                });
             }
         }
         reader.finish_pass();
@@ -149,19 +157,14 @@ impl KmsgSampler {
 }
 
 impl Sampler for KmsgSampler {
-    fn health(&self) -> &[SamplerHealth] {
-        &self.health
-    }
-    fn health_mut(&mut self) -> &mut [SamplerHealth] {
-        &mut self.health
-    }
+    health_in_field!();
     fn sample(&mut self, ctx: &mut Ctx<'_>) {
         let Some(k) = &mut self.source else {
             return;
         };
         let t = ctx.clock.now();
         let mut errors = Vec::new();
-        ctx.tick.kmsg = k.pass(&ctx.tick.inventory, ctx.discovery, &mut errors);
+        ctx.tick.kmsg = k.pass(ctx.inventory, ctx.discovery, &mut errors);
         // Unavailable is the feature's state, not a stale sampler.
         self.health[0].finish(t, ctx.clock.now(), &errors, true);
     }
@@ -194,12 +197,7 @@ impl NetPass {
 }
 
 impl Sampler for NetPass {
-    fn health(&self) -> &[SamplerHealth] {
-        &self.health
-    }
-    fn health_mut(&mut self) -> &mut [SamplerHealth] {
-        &mut self.health
-    }
+    health_in_field!();
     fn charges_itself(&self) -> bool {
         true
     }
@@ -211,12 +209,15 @@ impl Sampler for NetPass {
         let t = ctx.clock.now();
         let (mut sock_errors, mut ct_errors) = (Vec::new(), Vec::new());
         let tick = &mut *ctx.tick;
-        let mut net = self.net.sample(
-            &tick.inventory,
-            &tick.pids,
-            &mut sock_errors,
-            &mut ct_errors,
-        );
+        // The pass reads pids by workload index: the records lend it their lists.
+        let pids: Vec<Vec<u32>> = tick
+            .workloads
+            .iter_mut()
+            .map(|w| std::mem::take(&mut w.pids))
+            .collect();
+        let net = self
+            .net
+            .sample(ctx.inventory, &pids, &mut sock_errors, &mut ct_errors);
         let end = ctx.clock.now();
         if self.net.sockets_enabled() {
             sockets.finish(t, end, &sock_errors, true);
@@ -230,10 +231,23 @@ impl Sampler for NetPass {
         ports.charge(net.cpu.ports);
         // Only ticks that read a namespace make a ports pass; an idle tick is a fresh one too.
         if self.net.ports_enabled() {
-            let (took, errors) = net.ports_pass.take().unwrap_or_default();
+            let (took, errors) = net.ports_pass.unwrap_or_default();
             ports.finish(end.checked_sub(took).unwrap_or(end), end, &errors, true);
         }
-        tick.net = Some(net);
+        let mut by_workload = net.sockets;
+        for (i, (w, p)) in tick.workloads.iter_mut().zip(pids).enumerate() {
+            w.pids = p;
+            w.sockets = by_workload.as_mut().and_then(|s| s.remove(&i));
+        }
+        // Cloned, not moved: two pod cgroups of one uid would both have read it.
+        for p in &mut tick.pods {
+            p.net = net.pods.get(&p.pod.uid).cloned();
+        }
+        tick.net = Some(NodeNet {
+            node_conntrack: net.node_conntrack,
+            dump: net.dump,
+            features: net.features,
+        });
     }
 }
 
@@ -253,12 +267,7 @@ impl LogSampler {
 }
 
 impl Sampler for LogSampler {
-    fn health(&self) -> &[SamplerHealth] {
-        &self.health
-    }
-    fn health_mut(&mut self) -> &mut [SamplerHealth] {
-        &mut self.health
-    }
+    health_in_field!();
     fn sample(&mut self, ctx: &mut Ctx<'_>) {
         let Some(tailer) = &mut self.tailer else {
             return;

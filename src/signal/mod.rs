@@ -9,13 +9,13 @@ pub mod restarts;
 
 use crate::discover::WorkloadKind;
 use crate::model::{
-    Held, Kind, LineCounts, MemoryValues, NodePids, PidsSample, PodSignals, SocketCounts,
+    Kept, Kind, LineCounts, MemoryValues, NodePids, PidsSample, PodSignals, SocketCounts,
     WorkloadId, WorkloadSignals,
 };
 use crate::sample::logs::ContainerLogSample;
 use crate::sample::memory::MemorySample;
 use crate::sample::procs::ProcSummary;
-use crate::sample::{Reading, TickSample};
+use crate::sample::{Reading, TickSample, WorkloadSample};
 use full::FullEstimator;
 use oom::OomCount;
 use rate::RateWindow;
@@ -41,6 +41,8 @@ struct IdentityState {
     /// The last memory read failed: `memory` is the last good value.
     memory_stale: bool,
     procs: Option<ProcSummary>,
+    /// The process sampler is off or failed as a whole: `procs` is the last good value.
+    procs_stale: bool,
     pids: Option<PidsSample>,
     pids_stale: bool,
     /// Working set towards the limit, for the instance named alongside.
@@ -68,6 +70,7 @@ impl IdentityState {
             memory: None,
             memory_stale: false,
             procs: None,
+            procs_stale: false,
             log_total: LineCounts::default(),
             stdout_rate: RateWindow::new(MINUTE),
             stderr_rate: RateWindow::new(MINUTE),
@@ -116,11 +119,10 @@ impl Tracker {
         now: Instant,
         tick: &TickSample,
     ) -> (Vec<WorkloadSignals>, Vec<PodSignals>) {
-        let inv = &tick.inventory;
         // Group live instances by identity (during a restart, old and new may coexist).
-        let mut live: BTreeMap<&WorkloadId, Vec<usize>> = BTreeMap::new();
-        for (i, w) in inv.workloads.iter().enumerate() {
-            live.entry(&w.id).or_default().push(i);
+        let mut live: BTreeMap<&WorkloadId, Vec<&WorkloadSample>> = BTreeMap::new();
+        for w in &tick.workloads {
+            live.entry(&w.workload.id).or_default().push(w);
         }
         // A pod recreated under the same name (StatefulSet) can briefly have two log dirs: sum.
         let mut logs: HashMap<&WorkloadId, ContainerLogSample> = HashMap::new();
@@ -141,7 +143,7 @@ impl Tracker {
         let mut oom_seen_by_pod: HashMap<&str, u64> = HashMap::new();
 
         let window = self.full_window;
-        for (id, idxs) in &live {
+        for (id, instances) in &live {
             let st = self
                 .identities
                 .entry((*id).clone())
@@ -149,10 +151,10 @@ impl Tracker {
             st.last_seen = now;
             let log = logs.get(id);
             let fresh = st.restarts.observe(
-                idxs.iter().map(|&i| inv.workloads[i].instance()),
+                instances.iter().map(|w| w.workload.instance()),
                 log.and_then(|l| l.max_restart_number),
             );
-            let pod_uid = match &inv.workloads[idxs[0]].kind {
+            let pod_uid = match &instances[0].workload.kind {
                 WorkloadKind::Container { pod_uid, .. } => Some(pod_uid.as_str()),
                 WorkloadKind::Unit => None,
             };
@@ -165,10 +167,10 @@ impl Tracker {
             let mut raw_now = HashMap::new();
             let mut mem_ok = true;
             let mut newest_mem = None;
-            for &i in idxs {
-                match &tick.memory[i] {
+            for w in instances {
+                let inst = w.workload.instance();
+                match &w.memory {
                     Reading::Read(m) => {
-                        let inst = inv.workloads[i].instance();
                         let prev = st.oom_raw.get(inst).copied().unwrap_or(0);
                         let delta = m.oom_kills.saturating_sub(prev);
                         st.oom.add_cgroup(now, inst, delta);
@@ -182,7 +184,6 @@ impl Tracker {
                     Reading::Failed => {
                         mem_ok = false;
                         // Keep the baseline of an unreadable instance so no kill is counted twice.
-                        let inst = inv.workloads[i].instance();
                         if let Some(v) = st.oom_raw.get(inst) {
                             raw_now.insert(inst.to_owned(), *v);
                         }
@@ -194,31 +195,30 @@ impl Tracker {
                 st.memory = newest_mem;
             }
             st.memory_stale = !mem_ok;
-            let newest = idxs.last().map(|&i| inv.workloads[i].instance());
+            let newest = instances.last().map(|w| w.workload.instance());
             st.memory_full_in = memory_full_in(st, now, newest, mem_ok);
             // Pids: the newest instance's controller; a failed read keeps the last good value.
-            if let Some(&i) = idxs.last() {
-                match tick.pids_controller.get(i) {
-                    Some(Reading::Read(p)) => {
-                        st.pids = Some(*p);
+            if let Some(w) = instances.last() {
+                match w.pids_controller {
+                    Reading::Read(p) => {
+                        st.pids = Some(p);
                         st.pids_stale = false;
                     }
-                    Some(Reading::Absent) => {
+                    Reading::Absent => {
                         st.pids = None;
                         st.pids_stale = false;
                     }
-                    Some(Reading::Failed) => st.pids_stale = true,
-                    None => st.pids = None,
+                    Reading::Failed => st.pids_stale = true,
                 }
             }
-            if let Some(p) = &tick.procs {
+            // Processes: summed over the instances; the sampler off or failed keeps the last.
+            st.procs_stale = instances.iter().any(|w| w.procs.is_none());
+            if !st.procs_stale {
                 let mut sum = ProcSummary::default();
-                for &i in idxs {
-                    if let Some(s) = p.get(&i) {
-                        sum.processes += s.processes;
-                        sum.zombies += s.zombies;
-                        sum.zombie_parents.extend(s.zombie_parents.iter().cloned());
-                    }
+                for s in instances.iter().filter_map(|w| w.procs.as_ref()) {
+                    sum.processes += s.processes;
+                    sum.zombies += s.zombies;
+                    sum.zombie_parents.extend(s.zombie_parents.iter().cloned());
                 }
                 st.procs = Some(sum);
             }
@@ -262,7 +262,6 @@ impl Tracker {
             .retain(|_, st| now.saturating_duration_since(st.last_seen) < IDENTITY_RETENTION);
 
         let mut out = Vec::new();
-        let procs_stale = tick.procs.is_none();
         let mut ids: Vec<WorkloadId> = live.keys().map(|id| (*id).clone()).collect();
         ids.extend(
             logs.keys()
@@ -282,9 +281,8 @@ impl Tracker {
             let Some(st) = self.identities.get_mut(id) else {
                 continue;
             };
-            let w = live
-                .get(id)
-                .map(|idxs| &inv.workloads[*idxs.last().unwrap_or(&0)]);
+            let instances = live.get(id).map(Vec::as_slice);
+            let w = instances.and_then(|i| i.last()).map(|w| &w.workload);
             let (kind, qos, pod_uid, container_id) = match w.map(|w| &w.kind) {
                 Some(WorkloadKind::Container {
                     pod_uid,
@@ -327,7 +325,7 @@ impl Tracker {
                 cgroup: w.map(|w| w.cgroup.clone()),
                 memory: in_cgroup
                     .then(|| {
-                        st.memory.map(|m| Held {
+                        st.memory.map(|m| Kept {
                             value: MemoryValues {
                                 usage_bytes: m.usage_bytes,
                                 working_set_bytes: m.working_set_bytes,
@@ -340,17 +338,17 @@ impl Tracker {
                 oom_kills_total: st.oom.total(),
                 processes: in_cgroup
                     .then(|| {
-                        st.procs.as_ref().map(|p| Held {
+                        st.procs.as_ref().map(|p| Kept {
                             value: p.processes,
-                            stale: procs_stale,
+                            stale: st.procs_stale,
                         })
                     })
                     .flatten(),
                 zombies: in_cgroup
                     .then(|| {
-                        st.procs.as_ref().map(|p| Held {
+                        st.procs.as_ref().map(|p| Kept {
                             value: p.zombies,
-                            stale: procs_stale,
+                            stale: st.procs_stale,
                         })
                     })
                     .flatten(),
@@ -366,10 +364,10 @@ impl Tracker {
                     malformed: 0,
                 },
                 restarts_total: st.restarts.total(),
-                sockets: sockets_of(tick, live.get(id).map(Vec::as_slice)),
+                sockets: sockets_of(instances),
                 pids: in_cgroup
                     .then(|| {
-                        st.pids.map(|p| Held {
+                        st.pids.map(|p| Kept {
                             value: p,
                             stale: st.pids_stale,
                         })
@@ -394,14 +392,10 @@ impl Tracker {
     ) -> Vec<PodSignals> {
         let mut out = Vec::new();
         let mut live = Vec::new();
-        for (i, p) in tick.inventory.pods.iter().enumerate() {
+        for sample in &tick.pods {
+            let p = &sample.pod;
             live.push(p.uid.clone());
-            let raw = tick
-                .pod_memory
-                .get(i)
-                .copied()
-                .flatten()
-                .map(|m| m.oom_kills);
+            let raw = sample.memory.map(|m| m.oom_kills);
             let st = self.pods.entry(p.uid.clone()).or_default();
             if let (Some(now), Some(prev)) = (raw, st.oom_raw) {
                 let surplus = now
@@ -418,7 +412,7 @@ impl Tracker {
             if raw.is_some() {
                 st.oom_raw = raw;
             }
-            let net = tick.net.as_ref().and_then(|n| n.pods.get(&p.uid));
+            let net = sample.net.as_ref();
             out.push(PodSignals {
                 namespace: p.namespace.clone(),
                 pod: p.pod.clone(),
@@ -499,18 +493,17 @@ impl NodeTrends {
 }
 
 /// Sockets are a gauge of the live instances: summed over them, nothing carried across ticks.
-fn sockets_of(tick: &TickSample, idxs: Option<&[usize]>) -> Option<Held<SocketCounts>> {
-    let by_workload = tick.net.as_ref()?.sockets.as_ref()?;
+fn sockets_of(instances: Option<&[&WorkloadSample]>) -> Option<Kept<SocketCounts>> {
     let mut sum = SocketCounts::default();
-    for i in idxs? {
-        let c = by_workload.get(i)?;
+    for w in instances? {
+        let c = w.sockets.as_ref()?;
         sum.tcp += c.tcp;
         sum.udp += c.udp;
         for (state, n) in &c.tcp_states {
             *sum.tcp_states.entry(state).or_default() += n;
         }
     }
-    Some(Held {
+    Some(Kept {
         value: sum,
         stale: false,
     })
@@ -518,107 +511,3 @@ fn sockets_of(tick: &TickSample, idxs: Option<&[usize]>) -> Option<Held<SocketCo
 
 #[cfg(test)]
 mod update_tests;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::discover::{Inventory, PodCgroup, Workload};
-    use crate::model::QosClass;
-    use crate::sample::oom::{AttributedOom, KmsgTick};
-
-    fn mem(oom_kills: u64) -> MemorySample {
-        MemorySample {
-            usage_bytes: 1,
-            working_set_bytes: 1,
-            limit_bytes: None,
-            oom_kills,
-        }
-    }
-
-    /// A v2 pod whose container `app` runs as `instance`; the pod's `memory.events` says `pod_oom`.
-    fn tick(instance: &str, pod_oom: u64, kmsg: Option<Vec<&str>>) -> TickSample {
-        let id = WorkloadId::container("shop", "web-0", "app");
-        TickSample {
-            inventory: Inventory {
-                workloads: vec![Workload {
-                    id: id.clone(),
-                    kind: WorkloadKind::Container {
-                        pod_uid: "u".into(),
-                        container_id: instance.into(),
-                        qos: QosClass::Burstable,
-                    },
-                    cgroup: format!("/kubepods/burstable/podu/{instance}"),
-                    subtree: vec![],
-                }],
-                pods: vec![PodCgroup {
-                    namespace: "shop".into(),
-                    pod: "web-0".into(),
-                    uid: "u".into(),
-                    qos: QosClass::Burstable,
-                    cgroup: "/kubepods/burstable/podu".into(),
-                }],
-                sandboxes: 0,
-            },
-            memory: vec![Reading::Read(mem(0))],
-            pod_memory: vec![Some(mem(pod_oom))],
-            kmsg: kmsg.map(|ks| KmsgTick {
-                ooms: ks
-                    .into_iter()
-                    .map(|i| AttributedOom {
-                        id: id.clone(),
-                        instance: i.into(),
-                        pod_uid: Some("u".into()),
-                    })
-                    .collect(),
-            }),
-            ..TickSample::default()
-        }
-    }
-
-    fn app_total(out: &[WorkloadSignals]) -> u64 {
-        out.iter()
-            .find(|w| w.id.container == "app")
-            .map_or(0, |w| w.oom_kills_total)
-    }
-
-    /// Killed, removed and restarted between two ticks: the pod's hierarchical counter and the
-    /// kernel log both saw the one kill; it counts once, with or without the log.
-    #[test]
-    fn a_kill_between_ticks_counts_once_from_either_source() {
-        let t = Instant::now();
-        let s = Duration::from_secs(5);
-        let mut with_log = Tracker::new();
-        with_log.update(t, &tick("aaaaaaaaaaaa", 0, Some(vec![])));
-        let (out, _) = with_log.update(t + s, &tick("bbbbbbbbbbbb", 1, Some(vec!["aaaaaaaaaaaa"])));
-        assert_eq!(app_total(&out), 1);
-        let mut without = Tracker::new();
-        without.update(t, &tick("aaaaaaaaaaaa", 0, None));
-        let (out, _) = without.update(t + s, &tick("bbbbbbbbbbbb", 1, None));
-        assert_eq!(app_total(&out), 1);
-    }
-
-    /// Gone with no log and no restart yet: still exported from the kernel log's record.
-    #[test]
-    fn a_killed_container_without_cgroup_or_log_stays_visible() {
-        let t = Instant::now();
-        let mut tr = Tracker::new();
-        tr.update(t, &tick("aaaaaaaaaaaa", 0, Some(vec![])));
-        let mut gone = tick("aaaaaaaaaaaa", 1, Some(vec!["aaaaaaaaaaaa"]));
-        gone.inventory.workloads.clear();
-        gone.memory.clear();
-        let (out, _) = tr.update(t + Duration::from_secs(5), &gone);
-        let w = out
-            .iter()
-            .find(|w| w.id.container == "app")
-            .expect("exported");
-        assert_eq!((w.oom_kills_total, w.cgroup.as_deref()), (1, None));
-        assert_eq!(w.container_id.as_deref(), Some("aaaaaaaaaaaa"));
-        let (out, _) = tr.update(t + IDENTITY_RETENTION + Duration::from_secs(10), &{
-            let mut t = tick("x", 1, Some(vec![]));
-            t.inventory.workloads.clear();
-            t.memory.clear();
-            t
-        });
-        assert!(out.is_empty(), "forgotten after the retention: {out:?}");
-    }
-}

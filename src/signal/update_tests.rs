@@ -1,17 +1,17 @@
 //! `Tracker::update` through its public API: hand-built ticks on a paused clock, what it derives.
 
-use super::Tracker;
+use super::{Tracker, IDENTITY_RETENTION};
 use crate::clock::{Clock, ManualClock};
-use crate::discover::{Inventory, PodCgroup, Workload, WorkloadKind};
+use crate::discover::{PodCgroup, Workload, WorkloadKind};
 use crate::model::{
-    Held, Kind, LineCounts, MemoryValues, PidsSample, PodSignals, QosClass, WorkloadId,
+    Kept, Kind, LineCounts, MemoryValues, PidsSample, PodSignals, QosClass, WorkloadId,
     WorkloadSignals,
 };
 use crate::sample::logs::ContainerLogSample;
 use crate::sample::memory::MemorySample;
+use crate::sample::oom::{AttributedOom, KmsgTick};
 use crate::sample::procs::ProcSummary;
-use crate::sample::{Reading, TickSample};
-use std::collections::HashMap;
+use crate::sample::{PodSample, Reading, TickSample, WorkloadSample};
 use std::time::Duration;
 
 const TICK: Duration = Duration::from_secs(5);
@@ -55,16 +55,35 @@ fn mem(usage_bytes: u64, oom_kills: u64) -> MemorySample {
 
 /// A tick of `workloads` in pod `u`, each with the memory reading beside it.
 fn tick(workloads: Vec<(Workload, Reading<MemorySample>)>) -> TickSample {
-    let (workloads, memory) = workloads.into_iter().unzip();
     TickSample {
-        inventory: Inventory {
-            workloads,
-            pods: vec![pod()],
-            sandboxes: 0,
-        },
-        memory,
+        workloads: workloads
+            .into_iter()
+            .map(|(w, memory)| WorkloadSample {
+                memory,
+                ..WorkloadSample::new(w)
+            })
+            .collect(),
+        pods: vec![PodSample::new(pod())],
         ..TickSample::default()
     }
+}
+
+/// Container `app` of pod `u` running as `instance`, on v2: the pod's `memory.events` says
+/// `pod_oom`; `kmsg` the instances the kernel log saw killed (`None`: that source is off).
+fn with_pod_oom(instance: &str, pod_oom: u64, kmsg: Option<Vec<&str>>) -> TickSample {
+    let mut t = tick(vec![(container("app", instance), Reading::Read(mem(1, 0)))]);
+    t.pods[0].memory = Some(mem(1, pod_oom));
+    t.kmsg = kmsg.map(|ks| KmsgTick {
+        ooms: ks
+            .into_iter()
+            .map(|i| AttributedOom {
+                id: id("app"),
+                instance: i.into(),
+                pod_uid: Some("u".into()),
+            })
+            .collect(),
+    });
+    t
 }
 
 fn log(container: &str, stdout: u64, stderr: u64, restart: Option<u32>) -> ContainerLogSample {
@@ -105,7 +124,7 @@ fn a_new_workload_is_exported_with_what_its_tick_read() {
     assert_eq!(w.cgroup.as_deref(), Some("/kubepods/burstable/podu/aaaa"));
     assert_eq!(
         w.memory,
-        Some(Held {
+        Some(Kept {
             value: MemoryValues {
                 usage_bytes: 100,
                 working_set_bytes: 50,
@@ -223,94 +242,74 @@ fn a_failed_reading_keeps_the_last_good_value_marked_stale() {
     let mut tr = Tracker::new();
     let app = |m: Reading<MemorySample>, p: Reading<PidsSample>| {
         let mut t = tick(vec![(container("app", "aaaa"), m)]);
-        t.pids_controller = vec![p];
+        t.workloads[0].pids_controller = p;
         t
     };
     let pids = |current| PidsSample {
         current,
         limit: Some(100),
     };
-    let (out, _) = tr.update(
-        clock.now(),
-        &app(Reading::Read(mem(100, 1)), Reading::Read(pids(7))),
-    );
-    let w = find(&out, "app");
+    // Read, failed, readable again: each tick's memory (usage, stale) and pids (value, stale).
+    let steps = [
+        (
+            Reading::Read(mem(100, 1)),
+            Reading::Read(pids(7)),
+            (100, false),
+            (pids(7), false),
+        ),
+        (
+            Reading::Failed,
+            Reading::Failed,
+            (100, true),
+            (pids(7), true),
+        ),
+        (
+            Reading::Read(mem(200, 2)),
+            Reading::Read(pids(9)),
+            (200, false),
+            (pids(9), false),
+        ),
+    ];
+    let mut outs = Vec::new();
+    for (k, (m, p, memory, (value, stale))) in steps.into_iter().enumerate() {
+        let (out, _) = tr.update(clock.now(), &app(m, p));
+        let w = find(&out, "app").clone();
+        assert_eq!(
+            w.memory.map(|m| (m.value.usage_bytes, m.stale)),
+            Some(memory),
+            "tick {k}"
+        );
+        assert_eq!(w.pids, Some(Kept { value, stale }), "tick {k}");
+        outs.push(w);
+        clock.advance(TICK);
+    }
     assert_eq!(
-        w.memory.map(|m| (m.value.usage_bytes, m.stale)),
-        Some((100, false))
-    );
-    assert_eq!(
-        w.pids,
-        Some(Held {
-            value: pids(7),
-            stale: false
-        })
-    );
-    clock.advance(TICK);
-    let (out, _) = tr.update(clock.now(), &app(Reading::Failed, Reading::Failed));
-    let w = find(&out, "app");
-    assert_eq!(
-        w.memory.map(|m| (m.value.usage_bytes, m.stale)),
-        Some((100, true))
-    );
-    assert_eq!(
-        w.pids,
-        Some(Held {
-            value: pids(7),
-            stale: true
-        })
-    );
-    assert_eq!(
-        w.memory_full_in_seconds, None,
+        outs[1].memory_full_in_seconds, None,
         "no projection from a stale value"
     );
-    clock.advance(TICK);
     // Readable again: the kill counted before the failure is not counted twice (1 + 1, not 1 + 2).
-    let (out, _) = tr.update(
-        clock.now(),
-        &app(Reading::Read(mem(200, 2)), Reading::Read(pids(9))),
-    );
-    let w = find(&out, "app");
-    assert_eq!(
-        w.memory.map(|m| (m.value.usage_bytes, m.stale)),
-        Some((200, false))
-    );
-    assert_eq!(
-        w.pids,
-        Some(Held {
-            value: pids(9),
-            stale: false
-        })
-    );
-    assert_eq!(w.oom_kills_total, 2);
-    // The process sampler off or failed as a whole: its last summary, stale.
+    assert_eq!(outs[2].oom_kills_total, 2);
+    // The process sampler read, then off or failed as a whole: its last summary, stale.
     let mut t = app(Reading::Read(mem(200, 2)), Reading::Read(pids(9)));
-    t.procs = Some(HashMap::from([(
-        0,
-        ProcSummary {
-            processes: 4,
-            ..ProcSummary::default()
-        },
-    )]));
-    clock.advance(TICK);
-    let (out, _) = tr.update(clock.now(), &t);
-    assert_eq!(
-        find(&out, "app").processes,
-        Some(Held {
-            value: 4,
-            stale: false
-        })
-    );
-    t.procs = None;
-    clock.advance(TICK);
-    let (out, _) = tr.update(clock.now(), &t);
-    assert_eq!(
-        find(&out, "app").processes,
-        Some(Held {
-            value: 4,
-            stale: true
-        })
-    );
+    for (summary, stale) in [
+        (
+            Some(ProcSummary {
+                processes: 4,
+                ..ProcSummary::default()
+            }),
+            false,
+        ),
+        (None, true),
+    ] {
+        t.workloads[0].procs = summary;
+        let (out, _) = tr.update(clock.now(), &t);
+        assert_eq!(
+            find(&out, "app").processes,
+            Some(Kept { value: 4, stale }),
+            "stale: {stale}"
+        );
+        clock.advance(TICK);
+    }
 }
 
 #[test]
@@ -323,16 +322,14 @@ fn a_pod_and_the_instances_of_one_identity_aggregate() {
         (container("app", "bbbb"), Reading::Read(mem(300, 0))),
         (container("side", "cccc"), Reading::Read(mem(10, 0))),
     ]);
-    t.pod_memory = vec![Some(mem(410, 0))];
+    t.pods[0].memory = Some(mem(410, 0));
     let summary = |processes| ProcSummary {
         processes,
         ..ProcSummary::default()
     };
-    t.procs = Some(HashMap::from([
-        (0, summary(2)),
-        (1, summary(3)),
-        (2, summary(1)),
-    ]));
+    for (w, n) in t.workloads.iter_mut().zip([2, 3, 1]) {
+        w.procs = Some(summary(n));
+    }
     // Two log dirs of one name (a pod recreated under it): summed too.
     t.logs = Some(vec![log("app", 4, 0, None), log("app", 6, 0, None)]);
     let (out, pods) = tr.update(clock.now(), &t);
@@ -367,9 +364,50 @@ fn a_pod_and_the_instances_of_one_identity_aggregate() {
         (container("app", "dddd"), Reading::Read(mem(100, 0))),
         (container("side", "cccc"), Reading::Read(mem(10, 0))),
     ]);
-    t.pod_memory = vec![Some(mem(110, 1))];
+    t.pods[0].memory = Some(mem(110, 1));
     let (out, pods) = tr.update(clock.now(), &t);
     assert_eq!(pods, [want(1)]);
     assert_eq!(find(&out, "app").oom_kills_total, 1);
     assert_eq!(find(&out, "side").oom_kills_total, 0);
+}
+
+/// Killed, removed and restarted between two ticks: the pod's hierarchical counter and the
+/// kernel log both saw the one kill; it counts once, with or without the log.
+#[test]
+fn a_kill_between_ticks_counts_once_from_either_source() {
+    let clock = ManualClock::default();
+    let mut with_log = Tracker::new();
+    with_log.update(clock.now(), &with_pod_oom("aaaaaaaaaaaa", 0, Some(vec![])));
+    let later = clock.now() + TICK;
+    let (out, _) = with_log.update(
+        later,
+        &with_pod_oom("bbbbbbbbbbbb", 1, Some(vec!["aaaaaaaaaaaa"])),
+    );
+    assert_eq!(find(&out, "app").oom_kills_total, 1);
+    let mut without = Tracker::new();
+    without.update(clock.now(), &with_pod_oom("aaaaaaaaaaaa", 0, None));
+    let (out, _) = without.update(later, &with_pod_oom("bbbbbbbbbbbb", 1, None));
+    assert_eq!(find(&out, "app").oom_kills_total, 1);
+}
+
+/// Gone with no log and no restart yet: still exported from the kernel log's record.
+#[test]
+fn a_killed_container_without_cgroup_or_log_stays_visible() {
+    let clock = ManualClock::default();
+    let mut tr = Tracker::new();
+    tr.update(clock.now(), &with_pod_oom("aaaaaaaaaaaa", 0, Some(vec![])));
+    let mut gone = with_pod_oom("aaaaaaaaaaaa", 1, Some(vec!["aaaaaaaaaaaa"]));
+    gone.workloads.clear();
+    clock.advance(TICK);
+    let (out, _) = tr.update(clock.now(), &gone);
+    let w = find(&out, "app");
+    assert_eq!((w.oom_kills_total, w.cgroup.as_deref()), (1, None));
+    assert_eq!(w.container_id.as_deref(), Some("aaaaaaaaaaaa"));
+    clock.advance(IDENTITY_RETENTION + Duration::from_secs(5));
+    let (out, _) = tr.update(clock.now(), &{
+        let mut t = with_pod_oom("x", 1, Some(vec![]));
+        t.workloads.clear();
+        t
+    });
+    assert!(out.is_empty(), "forgotten after the retention: {out:?}");
 }
