@@ -35,7 +35,7 @@ pub use crate::config::DEFAULT_FULL_WALK_EVERY;
 mod attribution;
 mod procfd;
 use attribution::{attribute, Kept, Known};
-use procfd::{fd_count_in_size, fd_dir, itoa, push_error, socket_proto};
+use procfd::{fd_count_in_size, fd_dir, itoa, push_error, socket_proto_at};
 
 /// Socket inodes remembered (per-pid lists and the inode -> protocol map each hold at most this
 /// many, ~40 bytes each): 131,072 is 5x the 110-pod bench node. Beyond it pids are walked every
@@ -149,6 +149,8 @@ pub struct SocketCache {
     /// Benchmarks: attribute every tick from the per-pid lists (the first rounds' pass).
     per_tick_only: bool,
     bufs: TickBufs,
+    /// `getxattrat(2)` works here (cleared at its first refusal).
+    xattrat: bool,
 }
 
 /// A tick's working vectors, kept for the next tick.
@@ -200,6 +202,7 @@ impl SocketCache {
             want_owner: true,
             per_tick_only: false,
             bufs: TickBufs::default(),
+            xattrat: true,
         }
     }
 
@@ -594,7 +597,9 @@ impl SocketCache {
                 }
                 let ino = st.st_ino;
                 if !self.protos.contains_key(&ino) && !self.spill.contains_key(&ino) {
-                    let Some(proto) = socket_proto(&mut self.path, dir, name) else {
+                    let Some(proto) =
+                        socket_proto_at(&mut self.xattrat, dfd, &mut self.path, dir, name)
+                    else {
                         // Closed in between: not held any more.
                         return;
                     };
@@ -892,6 +897,32 @@ mod tests {
             k.set_n(k.n() - 1);
             assert_eq!((k.proto(), k.n()), (proto, 2));
         }
+    }
+
+    /// The protocol read relative to the fd directory is the one read by path, and a refused
+    /// `getxattrat` (`at` cleared) still answers, by path.
+    #[test]
+    fn socket_protocols_by_getxattrat_and_by_path_agree() {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dir = fd_dir(Path::new("/proc"), std::process::id());
+        let dfd = crate::fsio::open_dir(&dir).unwrap();
+        let mut buf = Vec::new();
+        for (fd, want) in [(udp.as_raw_fd(), Proto::Udp), (tcp.as_raw_fd(), Proto::Tcp)] {
+            let name = std::ffi::CString::new(fd.to_string()).unwrap();
+            let by_path = procfd::socket_proto(&mut buf, &dir, &name);
+            let mut at = true;
+            let by_at = socket_proto_at(&mut at, dfd.as_fd(), &mut buf, &dir, &name);
+            assert_eq!((by_path, by_at), (Some(want), Some(want)));
+            assert!(at, "Linux 6.13+ expected on the test machines");
+            let mut refused = false;
+            let without = socket_proto_at(&mut refused, dfd.as_fd(), &mut buf, &dir, &name);
+            assert_eq!(without, Some(want));
+        }
+        // Closed in between: nothing, either way.
+        let mut at = true;
+        let gone = socket_proto_at(&mut at, dfd.as_fd(), &mut buf, &dir, c"999999");
+        assert_eq!(gone, None);
     }
 
     #[test]
