@@ -470,7 +470,6 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
                 // Kernel reads block: run them off the async runtime, one tick at a time.
                 let (a, snap) = tokio::task::spawn_blocking(move || {
                     let snap = agent.tick();
-                    release_free_memory();
                     (agent, snap)
                 }).await?;
                 agent = a;
@@ -520,18 +519,6 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
 }
 
 /// A slow tick delays the next one instead of stacking up behind it.
-/// Hands the allocator's free pages back to the kernel after a tick (glibc `malloc_trim`: the
-/// free chunks inside every arena, not only its top). A tick's short-lived buffers, freed in
-/// between the long-lived state, otherwise stay resident as holes and the high-water mark
-/// creeps up with churn. A few hundred microseconds a tick; no-op elsewhere (musl).
-fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks and releases the allocator's free chunks.
-    unsafe {
-        nix::libc::malloc_trim(0);
-    }
-}
-
 fn ticker_every(interval: Duration) -> tokio::time::Interval {
     let mut t = tokio::time::interval(interval);
     t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
