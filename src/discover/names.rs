@@ -203,20 +203,25 @@ fn clone_io(e: &std::io::Error) -> std::io::Error {
 }
 
 /// Entry names of a directory; a missing directory is empty (a host without Kubernetes).
+/// Listed with `getdents64` into the kept buffer (`fsio::getdents`), not a `DIR` stream.
 fn list_dir(dir: &Path, non_utf8: &mut usize) -> Result<Vec<String>, ReadError> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
+    let fd = match crate::fsio::open_dir(dir) {
+        Ok(fd) => fd,
         Err(e) if crate::fsio::is_gone(&e) => return Ok(Vec::new()),
         Err(e) => return Err(ReadError::io(dir, e)),
     };
     let mut out = Vec::new();
-    for entry in rd {
-        let entry = entry.map_err(|e| ReadError::io(dir, e))?;
-        match entry.file_name().into_string() {
-            Ok(name) => out.push(name),
+    crate::fsio::getdents(std::os::fd::AsFd::as_fd(&fd), |name, _, _| {
+        let name = name.to_bytes();
+        if name == b"." || name == b".." {
+            return;
+        }
+        match std::str::from_utf8(name) {
+            Ok(name) => out.push(name.to_owned()),
             Err(_) => *non_utf8 += 1,
         }
-    }
+    })
+    .map_err(|e| ReadError::io(dir, e))?;
     Ok(out)
 }
 

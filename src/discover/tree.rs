@@ -14,7 +14,6 @@
 use super::{is_gone_dir, join_rel, DiscoveryStats, Walked, MAX_DEPTH, MAX_REL_LEN};
 use crate::error::ReadError;
 use crate::fsio::{self, escape_name, unescape_name};
-use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
@@ -54,8 +53,8 @@ struct Node {
     ino: u64,
     /// Levels below the scope.
     depth: usize,
-    /// The held directory: a plain descriptor, listed through a fresh `Dir` (`openat(fd, ".")`)
-    /// so glibc's 32 KiB stream buffer exists only during a listing, not per held directory.
+    /// The held directory: a plain descriptor, rewound and listed with `getdents64` into one
+    /// kept buffer (`fsio::getdents`): no stream buffer per held directory or per listing.
     dir: Option<OwnedFd>,
     wd: Option<WatchDescriptor>,
     /// Walked children, sorted by raw name as the full walk orders them.
@@ -293,19 +292,32 @@ impl Tree {
         out.inos.push(node.ino);
         stats.skipped_cgroups += node.skipped;
         stats.non_utf8_cgroups += node.non_utf8;
-        let children = node.children.clone();
-        let mut gone = Vec::new();
-        for c in children {
-            if !self.visit(root, root_fd, &c, out, stats)? {
-                gone.push(c);
+        // Taken out while the children are visited (no copy of every name per scan) and put
+        // back without the ones gone. A child's visit changes only its own subtree (a `forget`
+        // of it also drops it from this, taken, list: a no-op here, counted as gone below).
+        let mut children = self
+            .nodes
+            .get_mut(rel)
+            .map(|n| std::mem::take(&mut n.children))
+            .unwrap_or_default();
+        let mut result = Ok(());
+        // After an error nothing more is visited, as `?` would stop (the scan then forgets it).
+        children.retain(|c| {
+            if result.is_err() {
+                return true;
             }
-        }
-        if !gone.is_empty() {
-            if let Some(node) = self.nodes.get_mut(rel) {
-                node.children.retain(|c| !gone.contains(c));
+            match self.visit(root, root_fd, c, out, stats) {
+                Ok(present) => present,
+                Err(e) => {
+                    result = Err(e);
+                    true
+                }
             }
+        });
+        if let Some(node) = self.nodes.get_mut(rel) {
+            node.children = children;
         }
-        Ok(true)
+        result.map(|()| true)
     }
 
     /// Lists `rel` again and applies the difference. `false`: it is gone (and forgotten).
@@ -551,26 +563,21 @@ impl Tree {
     }
 }
 
-/// Child directories of the held directory `fd` (raw name, inode), sorted by name. Read through
-/// a descriptor of its own (`openat(fd, ".")`: its own offset, no path walk), closed after.
+/// Child directories of the held directory `fd` (raw name, inode), sorted by name. Listed
+/// from its start on the held descriptor itself (`lseek` to 0, `getdents64` into the thread's
+/// kept buffer: no second descriptor and no glibc `DIR` stream per listing).
 fn list(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u64)>> {
-    let mut dir = Dir::openat(
-        Some(fd.as_raw_fd()),
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )?;
-    let raw = dir.as_raw_fd();
+    fsio::rewind(fd)?;
+    let raw = fd.as_raw_fd();
     let mut out = Vec::new();
-    for entry in dir.iter() {
-        let entry = entry?;
-        let name = entry.file_name().to_bytes();
+    fsio::getdents(fd, |name, d_type, ino| {
+        let name = name.to_bytes();
         if name == b"." || name == b".." {
-            continue;
+            return;
         }
-        let is_dir = match entry.file_type() {
-            Some(t) => t == nix::dir::Type::Directory,
-            None => match nix::sys::stat::fstatat(
+        let is_dir = match d_type {
+            nix::libc::DT_DIR => true,
+            nix::libc::DT_UNKNOWN => match nix::sys::stat::fstatat(
                 Some(raw),
                 name,
                 nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
@@ -578,11 +585,12 @@ fn list(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u64)>> {
                 Ok(st) => st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR,
                 Err(_) => false,
             },
+            _ => false,
         };
         if is_dir {
-            out.push((name.to_vec(), entry.ino()));
+            out.push((name.to_vec(), ino));
         }
-    }
+    })?;
     out.sort_unstable();
     Ok(out)
 }

@@ -20,14 +20,13 @@
 use super::sockets::{parse_proto_name, Proto};
 use crate::error::ReadError;
 use crate::model::SocketCounts;
-use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, stat, FileStat, Mode, SFlag};
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -36,7 +35,7 @@ pub use crate::config::DEFAULT_FULL_WALK_EVERY;
 mod attribution;
 mod procfd;
 use attribution::{attribute, Kept, Known};
-use procfd::{fd_count_in_size, fd_dir, itoa, push_error, socket_proto};
+use procfd::{fd_count_in_size, fd_dir, itoa, push_error, socket_proto_at};
 
 /// Socket inodes remembered (per-pid lists and the inode -> protocol map each hold at most this
 /// many, ~40 bytes each): 131,072 is 5x the 110-pod bench node. Beyond it pids are walked every
@@ -149,6 +148,19 @@ pub struct SocketCache {
     want_owner: bool,
     /// Benchmarks: attribute every tick from the per-pid lists (the first rounds' pass).
     per_tick_only: bool,
+    bufs: TickBufs,
+    /// `getxattrat(2)` works here (cleared at its first refusal).
+    xattrat: bool,
+}
+
+/// A tick's working vectors, kept for the next tick.
+#[derive(Default)]
+struct TickBufs {
+    wids: Vec<u32>,
+    held: Vec<u64>,
+    contrib: Vec<Contrib>,
+    starts: Vec<usize>,
+    sockets: Vec<u64>,
 }
 
 impl SocketCache {
@@ -189,6 +201,8 @@ impl SocketCache {
             unheld: Vec::new(),
             want_owner: true,
             per_tick_only: false,
+            bufs: TickBufs::default(),
+            xattrat: true,
         }
     }
 
@@ -259,7 +273,17 @@ impl SocketCache {
         // Each workload's kept entry; a key seen twice, an old kernel or a fixture tree: the
         // whole tick is attributed from the per-pid lists, as a full pass.
         let mut per_tick = !self.stats.incremental || self.per_tick_only;
-        let mut wids = Vec::with_capacity(pids.len());
+        // The tick's buffers, kept between ticks (cleared, not re-allocated at their peak each
+        // tick: short-lived blocks of tens of KiB fragmented the heap).
+        let mut wids = std::mem::take(&mut self.bufs.wids);
+        let mut held = std::mem::take(&mut self.bufs.held);
+        let mut contrib = std::mem::take(&mut self.bufs.contrib);
+        let mut starts = std::mem::take(&mut self.bufs.starts);
+        let mut tick_buf = std::mem::take(&mut self.bufs.sockets);
+        wids.clear();
+        contrib.clear();
+        starts.clear();
+        tick_buf.clear();
         if !per_tick {
             for i in 0..pids.len() {
                 match self.wl_entry(keys.get(i).copied().unwrap_or(""), tick) {
@@ -272,12 +296,8 @@ impl SocketCache {
             }
         }
         let (mut walked, mut reused) = (0u64, 0u64);
-        let mut held = Vec::new();
-        // The pids that count this tick, in workload order: cached (by generation) or walked and
-        // not cached (their sockets in `tick_buf`).
-        let mut contrib: Vec<Contrib> = Vec::new();
-        let mut starts = Vec::with_capacity(pids.len() + 1);
-        let mut tick_buf: Vec<u64> = Vec::new();
+        // The pids that count this tick, in workload order (`contrib`): cached (by generation)
+        // or walked and not cached (their sockets in `tick_buf`).
         for (i, ps) in pids.iter().enumerate() {
             starts.push(contrib.len());
             let group = groups.get(i).copied().unwrap_or("");
@@ -394,6 +414,13 @@ impl SocketCache {
         self.stats.walked = walked;
         self.stats.reused = reused;
         self.stats.entries = self.protos.len() as u64;
+        self.bufs = TickBufs {
+            wids,
+            held,
+            contrib,
+            starts,
+            sockets: tick_buf,
+        };
         out
     }
 
@@ -532,58 +559,66 @@ impl SocketCache {
 
     /// Appends the socket inodes in `dir` (a `/proc/<pid>/fd`), learning the protocol of new
     /// ones. `Ok(false)`: the pid exited.
-    /// `from`: the directory, held open (reopened as `.`: no path walk).
+    /// `from`: the directory, held open: rewound and listed on that descriptor (no path walk, no
+    /// second descriptor, no glibc `DIR` stream: `fsio::getdents`'s kept buffer).
     fn walk(
         &mut self,
         from: Option<std::os::fd::RawFd>,
         dir: &Path,
         out: &mut Vec<u64>,
     ) -> Result<bool, ReadError> {
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        let opened = match from {
-            Some(fd) => Dir::openat(Some(fd), ".", flags, Mode::empty()),
-            None => Dir::open(dir, flags, Mode::empty()),
-        };
-        let mut d = match opened {
-            Ok(d) => d,
-            Err(Errno::ENOENT | Errno::ESRCH) => return Ok(false),
-            Err(e) => return Err(ReadError::io(dir, e.into())),
-        };
-        let dfd = d.as_raw_fd();
-        for entry in d.iter() {
-            let entry = match entry {
-                Ok(e) => e,
-                Err(Errno::ENOENT | Errno::ESRCH) => return Ok(false),
-                Err(e) => return Err(ReadError::io(dir, e.into())),
-            };
-            let name = entry.file_name();
-            if name.to_bytes().first() == Some(&b'.') {
-                continue;
-            }
-            // Followed relative to the open directory; an fd closed since readdir is churn.
-            let Ok(st) = fstatat(Some(dfd), name, AtFlags::empty()) else {
-                continue;
-            };
-            if st.st_mode & SFlag::S_IFMT.bits() != SFlag::S_IFSOCK.bits() {
-                continue;
-            }
-            let ino = st.st_ino;
-            if !self.protos.contains_key(&ino) && !self.spill.contains_key(&ino) {
-                let Some(proto) = socket_proto(&mut self.path, dir, name) else {
-                    // Closed in between: not held any more.
-                    continue;
-                };
-                if self.protos.len() < self.max {
-                    self.protos.insert(ino, Known::remembered(proto));
-                } else {
-                    // Uncached: known for this tick only, asked again next tick.
-                    self.stats.overflows_total += 1;
-                    self.spill.insert(ino, proto);
+        let gone = |e: &Errno| matches!(e, Errno::ENOENT | Errno::ESRCH);
+        let opened;
+        let dfd = match from {
+            // SAFETY: `from` is a descriptor this cache holds for the whole call.
+            Some(fd) => unsafe { BorrowedFd::borrow_raw(fd) },
+            None => {
+                let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+                match nix::fcntl::open(dir, flags, Mode::empty()) {
+                    // SAFETY: a descriptor just returned by open(2), owned by nobody else.
+                    Ok(fd) => opened = unsafe { OwnedFd::from_raw_fd(fd) },
+                    Err(e) if gone(&e) => return Ok(false),
+                    Err(e) => return Err(ReadError::io(dir, e.into())),
                 }
+                opened.as_fd()
             }
-            out.push(ino);
+        };
+        let listed = crate::fsio::rewind(dfd).and_then(|()| {
+            crate::fsio::getdents(dfd, |name, _, _| {
+                if name.to_bytes().first() == Some(&b'.') {
+                    return;
+                }
+                // Followed relative to the open directory; an fd closed since readdir is churn.
+                let Ok(st) = fstatat(Some(dfd.as_raw_fd()), name, AtFlags::empty()) else {
+                    return;
+                };
+                if st.st_mode & SFlag::S_IFMT.bits() != SFlag::S_IFSOCK.bits() {
+                    return;
+                }
+                let ino = st.st_ino;
+                if !self.protos.contains_key(&ino) && !self.spill.contains_key(&ino) {
+                    let Some(proto) =
+                        socket_proto_at(&mut self.xattrat, dfd, &mut self.path, dir, name)
+                    else {
+                        // Closed in between: not held any more.
+                        return;
+                    };
+                    if self.protos.len() < self.max {
+                        self.protos.insert(ino, Known::remembered(proto));
+                    } else {
+                        // Uncached: known for this tick only, asked again next tick.
+                        self.stats.overflows_total += 1;
+                        self.spill.insert(ino, proto);
+                    }
+                }
+                out.push(ino);
+            })
+        });
+        match listed {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error().is_some_and(|n| gone(&Errno::from_raw(n))) => Ok(false),
+            Err(e) => Err(ReadError::io(dir, e)),
         }
-        Ok(true)
     }
 }
 
@@ -848,6 +883,46 @@ mod tests {
                 s.reused
             );
         }
+    }
+
+    /// The inode map's entries stay 16 bytes (its buckets are ~40 % of the pass's memory), and
+    /// the packed protocol and holder count read back.
+    #[test]
+    fn known_entries_are_16_bytes_and_keep_protocol_and_count() {
+        assert_eq!(std::mem::size_of::<(u64, Known)>(), 16);
+        for proto in [Proto::Tcp, Proto::Udp, Proto::Other] {
+            let mut k = Known::remembered(proto);
+            assert_eq!((k.proto(), k.n()), (proto, 0));
+            k.set_n(3);
+            k.set_n(k.n() - 1);
+            assert_eq!((k.proto(), k.n()), (proto, 2));
+        }
+    }
+
+    /// The protocol read relative to the fd directory is the one read by path, and a refused
+    /// `getxattrat` (`at` cleared) still answers, by path.
+    #[test]
+    fn socket_protocols_by_getxattrat_and_by_path_agree() {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dir = fd_dir(Path::new("/proc"), std::process::id());
+        let dfd = crate::fsio::open_dir(&dir).unwrap();
+        let mut buf = Vec::new();
+        for (fd, want) in [(udp.as_raw_fd(), Proto::Udp), (tcp.as_raw_fd(), Proto::Tcp)] {
+            let name = std::ffi::CString::new(fd.to_string()).unwrap();
+            let by_path = procfd::socket_proto(&mut buf, &dir, &name);
+            let mut at = true;
+            let by_at = socket_proto_at(&mut at, dfd.as_fd(), &mut buf, &dir, &name);
+            assert_eq!((by_path, by_at), (Some(want), Some(want)));
+            assert!(at, "Linux 6.13+ expected on the test machines");
+            let mut refused = false;
+            let without = socket_proto_at(&mut refused, dfd.as_fd(), &mut buf, &dir, &name);
+            assert_eq!(without, Some(want));
+        }
+        // Closed in between: nothing, either way.
+        let mut at = true;
+        let gone = socket_proto_at(&mut at, dfd.as_fd(), &mut buf, &dir, c"999999");
+        assert_eq!(gone, None);
     }
 
     #[test]

@@ -71,3 +71,56 @@ pub(super) fn socket_proto(buf: &mut Vec<u8>, dir: &Path, name: &CStr) -> Option
     };
     (n > 0).then(|| parse_proto_name(&val[..n as usize]))
 }
+
+/// `getxattrat(2)`, Linux 6.13+ (the same number on every architecture).
+const SYS_GETXATTRAT: nix::libc::c_long = 464;
+
+/// `struct xattr_args` of `getxattrat(2)`.
+#[repr(C)]
+struct XattrArgs {
+    value: u64,
+    size: u32,
+    flags: u32,
+}
+
+/// As [`socket_proto`], the xattr read relative to the open fd directory `dfd`
+/// (`getxattrat(2)`): no lookup of `/proc/<pid>/fd` from the root per new socket, which was
+/// most of the call. On an error it asks [`socket_proto`] (same answer, by path); `*at` is
+/// cleared when the kernel has no such call (before 6.13) or a seccomp filter refuses it.
+pub(super) fn socket_proto_at(
+    at: &mut bool,
+    dfd: BorrowedFd<'_>,
+    buf: &mut Vec<u8>,
+    dir: &Path,
+    name: &CStr,
+) -> Option<Proto> {
+    if *at {
+        let mut val = [0u8; 32];
+        let mut args = XattrArgs {
+            value: val.as_mut_ptr() as u64,
+            size: val.len() as u32,
+            flags: 0,
+        };
+        // SAFETY: both strings are NUL-terminated; `args` points at a buffer valid for its
+        // size and is passed with its own size.
+        let n = unsafe {
+            nix::libc::syscall(
+                SYS_GETXATTRAT,
+                dfd.as_raw_fd(),
+                name.as_ptr(),
+                0 as nix::libc::c_uint,
+                c"system.sockprotoname".as_ptr(),
+                &mut args as *mut XattrArgs,
+                std::mem::size_of::<XattrArgs>(),
+            )
+        };
+        if n > 0 {
+            let n = usize::try_from(n).unwrap_or(0).min(val.len());
+            return Some(parse_proto_name(&val[..n]));
+        }
+        if matches!(Errno::last(), Errno::ENOSYS | Errno::EPERM | Errno::EINVAL) {
+            *at = false;
+        }
+    }
+    socket_proto(buf, dir, name)
+}
