@@ -373,7 +373,9 @@ impl Bench {
         }
         let conns = self.args.conns_per_pod.to_string();
         let main: Vec<&str> = if name == "app" {
-            vec!["listen", "127.0.0.1:8080"]
+            // Closing at EOF keeps the churn state stationary: a restarted sidecar's old
+            // connections go away instead of piling up in CLOSE_WAIT run after run.
+            vec!["listen", "127.0.0.1:8080", "--close-at-eof"]
         } else {
             vec!["connect", "127.0.0.1:8080", &conns, "0"]
         };

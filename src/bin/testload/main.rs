@@ -28,7 +28,7 @@ fn usage() -> ExitCode {
         "usage: nodeguard-testload [--netns NETNS_FILE] [--join PROCS_FILE]... [--comm NAME]\n       \
          [--comm-hex HEX] <mode>\n\
          modes: idle | zombies N | alloc BYTES | oom BYTES | oom-child BYTES | grow BYTES MS\n       \
-         | listen ADDR | connect ADDR TCP_N UDP_N\n       \
+         | listen ADDR [--close-at-eof] | connect ADDR TCP_N UDP_N\n       \
          | storm ADDR CYCLES --log FILE [--cycle-ms MS] [--max-loops N]\n       \
          | forker N | tasks THREADS ZOMBIES | exhaust ADDR MAX REPORT_FILE\n       \
          | pause | lines STDOUT_N STDERR_N LONG_BYTES | oom-child-hold BYTES\n\
@@ -154,7 +154,8 @@ fn main() -> ExitCode {
             let Some(addr) = args.get(1).and_then(|a| a.parse::<SocketAddr>().ok()) else {
                 return usage();
             };
-            if let Err(e) = net::listen(addr) {
+            let close_at_eof = args.get(2).is_some_and(|a| a == "--close-at-eof");
+            if let Err(e) = net::listen(addr, close_at_eof) {
                 eprintln!("listen {addr}: {e}");
                 return ExitCode::FAILURE;
             }

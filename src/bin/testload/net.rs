@@ -35,17 +35,30 @@ pub fn swap_for_null(s: UdpSocket) {
 }
 
 /// Binds a TCP listener and a UDP socket on `addr`. One thread accepts and keeps every connection
-/// open; another echoes each datagram so the sender knows its flow reached this side.
-pub fn listen(addr: SocketAddr) -> Result<(), String> {
+/// open; another echoes each datagram so the sender knows its flow reached this side. With
+/// `close_at_eof`, a connection whose peer has closed is closed here too (as a real server does)
+/// instead of staying in CLOSE_WAIT: the whole-node scenario's churn would otherwise leave every
+/// restarted sidecar's connections behind, and each run would start on a bigger node.
+pub fn listen(addr: SocketAddr, close_at_eof: bool) -> Result<(), String> {
     let tcp = TcpListener::bind(addr).map_err(|e| format!("tcp bind: {e}"))?;
     let udp = UdpSocket::bind(addr).map_err(|e| format!("udp bind: {e}"))?;
+    let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::<TcpStream>::new()));
+    let accepted = conns.clone();
     std::thread::Builder::new()
         .name("accept".into())
         .spawn(move || {
-            let mut conns = Vec::new();
             for s in tcp.incoming() {
                 match s {
-                    Ok(s) => conns.push(s),
+                    Ok(s) => {
+                        if close_at_eof {
+                            if let Err(e) = s.set_nonblocking(true) {
+                                eprintln!("nonblocking: {e}");
+                            }
+                        }
+                        if let Ok(mut c) = accepted.lock() {
+                            c.push(s);
+                        }
+                    }
                     Err(e) => {
                         eprintln!("accept: {e}");
                         std::thread::sleep(Duration::from_millis(10));
@@ -54,6 +67,17 @@ pub fn listen(addr: SocketAddr) -> Result<(), String> {
             }
         })
         .map_err(|e| format!("accept thread: {e}"))?;
+    if close_at_eof {
+        std::thread::Builder::new()
+            .name("reap".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(500));
+                if let Ok(mut c) = conns.lock() {
+                    c.retain_mut(peer_open);
+                }
+            })
+            .map_err(|e| format!("reap thread: {e}"))?;
+    }
     std::thread::Builder::new()
         .name("echo".into())
         .spawn(move || {
@@ -74,6 +98,24 @@ pub fn listen(addr: SocketAddr) -> Result<(), String> {
         })
         .map_err(|e| format!("echo thread: {e}"))?;
     Ok(())
+}
+
+/// Whether a non-blocking connection's peer is still there: what it sent is read and dropped,
+/// and end of file (or a reset) says it is gone. At most 16 reads a poll: a peer that keeps
+/// sending is open.
+fn peer_open(s: &mut TcpStream) -> bool {
+    use std::io::Read;
+    let mut buf = [0u8; 512];
+    for _ in 0..16 {
+        match s.read(&mut buf) {
+            Ok(0) => return false,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+    true
 }
 
 /// Opens exactly `tcp_n` connections and `udp_n` connected UDP sockets to `addr`; each UDP socket
