@@ -262,73 +262,48 @@ thread_local! {
 
 /// Calls `f(name, d_type, inode)` for each entry of `dir` from its current offset to the end
 /// (`.` and `..` included, entries with inode 0 skipped, as glibc's `readdir` does), with
-/// `getdents64` into the thread's kept buffer. To list a held directory again from the start,
-/// [`rewind`] it first. `f` may list other directories (it gets a buffer of its own then).
+/// `getdents64` (rustix's `RawDir`) into the thread's kept buffer. To list a held directory
+/// again from the start, [`rewind`] it first. `f` may list other directories (it gets a buffer
+/// of its own then).
 pub fn getdents(dir: BorrowedFd<'_>, mut f: impl FnMut(&CStr, u8, u64)) -> io::Result<()> {
     let mut buf = DENTS.with(std::cell::Cell::take);
-    if buf.len() < DENTS_BUF {
-        buf = vec![0u8; DENTS_BUF];
+    buf.clear();
+    buf.reserve(DENTS_BUF);
+    let mut entries = rustix::fs::RawDir::new(dir, buf.spare_capacity_mut());
+    let mut r = Ok(());
+    while let Some(e) = entries.next() {
+        match e {
+            Ok(e) if e.ino() == 0 => {}
+            Ok(e) => f(e.file_name(), d_type(e.file_type()), e.ino()),
+            Err(e) => {
+                r = Err(e.into());
+                break;
+            }
+        }
     }
-    let r = dents_into(dir, &mut buf, &mut f);
     DENTS.with(|b| b.set(buf));
     r
 }
 
-fn dents_into(
-    dir: BorrowedFd<'_>,
-    buf: &mut [u8],
-    f: &mut impl FnMut(&CStr, u8, u64),
-) -> io::Result<()> {
-    // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name NUL-terminated.
-    const NAME: usize = 19;
-    loop {
-        // SAFETY: getdents64 writes at most `buf.len()` bytes into the buffer it is given.
-        let n = unsafe {
-            nix::libc::syscall(
-                nix::libc::SYS_getdents64,
-                dir.as_raw_fd(),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(nix::libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        let n = usize::try_from(n).unwrap_or(0).min(buf.len());
-        if n == 0 {
-            return Ok(());
-        }
-        let mut off = 0;
-        while off + NAME <= n {
-            let rec = &buf[off..n];
-            let reclen = usize::from(u16::from_ne_bytes([rec[16], rec[17]]));
-            if reclen <= NAME || reclen > rec.len() {
-                return Err(io::Error::from_raw_os_error(nix::libc::EIO));
-            }
-            let mut ino = [0u8; 8];
-            ino.copy_from_slice(&rec[..8]);
-            let ino = u64::from_ne_bytes(ino);
-            let d_type = rec[18];
-            let name = CStr::from_bytes_until_nul(&rec[NAME..reclen])
-                .map_err(|_| io::Error::from_raw_os_error(nix::libc::EIO))?;
-            if ino != 0 {
-                f(name, d_type, ino);
-            }
-            off += reclen;
-        }
+/// An entry's `d_type` as the `DT_*` constant the listings match on.
+fn d_type(t: rustix::fs::FileType) -> u8 {
+    use nix::libc as c;
+    use rustix::fs::FileType as T;
+    match t {
+        T::RegularFile => c::DT_REG,
+        T::Directory => c::DT_DIR,
+        T::Symlink => c::DT_LNK,
+        T::Fifo => c::DT_FIFO,
+        T::Socket => c::DT_SOCK,
+        T::CharacterDevice => c::DT_CHR,
+        T::BlockDevice => c::DT_BLK,
+        T::Unknown => c::DT_UNKNOWN,
     }
 }
 
 /// Moves a held directory's offset back to its start (`rewinddir`), to list it again.
 pub fn rewind(dir: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: lseek on a descriptor we borrow; no memory is involved.
-    if unsafe { nix::libc::lseek(dir.as_raw_fd(), 0, nix::libc::SEEK_SET) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    nix::unistd::lseek(dir.as_raw_fd(), 0, nix::unistd::Whence::SeekSet)?;
     Ok(())
 }
 
