@@ -21,8 +21,8 @@ use super::sockets::{parse_proto_name, Proto};
 use crate::error::ReadError;
 use crate::model::SocketCounts;
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag};
-use nix::sys::stat::{fstat, fstatat, stat, FileStat, Mode, SFlag};
+use nix::fcntl::AtFlags;
+use nix::sys::stat::{fstat, fstatat, stat, FileStat, SFlag};
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -573,12 +573,16 @@ impl SocketCache {
             // SAFETY: `from` is a descriptor this cache holds for the whole call.
             Some(fd) => unsafe { BorrowedFd::borrow_raw(fd) },
             None => {
-                let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-                match nix::fcntl::open(dir, flags, Mode::empty()) {
-                    // SAFETY: a descriptor just returned by open(2), owned by nobody else.
-                    Ok(fd) => opened = unsafe { OwnedFd::from_raw_fd(fd) },
-                    Err(e) if gone(&e) => return Ok(false),
-                    Err(e) => return Err(ReadError::io(dir, e.into())),
+                match crate::fsio::open_dir(dir) {
+                    Ok(fd) => opened = fd,
+                    Err(e)
+                        if e.raw_os_error()
+                            .map(Errno::from_raw)
+                            .is_some_and(|e| gone(&e)) =>
+                    {
+                        return Ok(false)
+                    }
+                    Err(e) => return Err(ReadError::io(dir, e)),
                 }
                 opened.as_fd()
             }
