@@ -918,7 +918,16 @@ mod tests {
             let mut at = true;
             let by_at = socket_proto_at(&mut at, dfd.as_fd(), &mut buf, &dir, &name);
             assert_eq!((by_path, by_at), (Some(want), Some(want)));
-            assert!(at, "Linux 6.13+ expected on the test machines");
+            if !at {
+                // qemu-user (the unprivileged aarch64 run) answers ENOSYS for syscalls it does
+                // not know; as root or under CI the machine is a real 6.13+ kernel.
+                let must = nix::unistd::geteuid().is_root() || std::env::var_os("CI").is_some();
+                assert!(
+                    !must,
+                    "getxattrat refused: Linux 6.13+ expected as root or under CI"
+                );
+                println!("SKIP: getxattrat refused here (kernel before 6.13, or qemu-user): only the by-path answer was checked");
+            }
             let mut refused = false;
             let without = socket_proto_at(&mut refused, dfd.as_fd(), &mut buf, &dir, &name);
             assert_eq!(without, Some(want));
