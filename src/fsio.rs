@@ -211,7 +211,7 @@ pub fn is_refused_link(err: &io::Error) -> bool {
 /// Calls `f(name, kind, inode)` for each entry of the directory `dir` except `.` and `..`,
 /// streaming: a directory of 100,000 entries costs no memory here.
 pub fn for_each_entry(dir: BorrowedFd<'_>, f: impl FnMut(&[u8], EntryKind, u64)) -> io::Result<()> {
-    // A second descriptor of the same directory for the stream: `Dir` owns and closes it.
+    // A second descriptor of the same directory: the listing moves its offset, not the caller's.
     let own = open_beneath(dir, Path::new("."), OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
     list_into(own, f).map(drop)
 }
@@ -228,26 +228,27 @@ impl std::os::fd::AsFd for Listed {
 /// [`for_each_entry`] on a descriptor the caller gives up, without opening a second one (one
 /// `openat` and `close` less per directory); the listed directory is returned open.
 pub fn list_into(dir: OwnedFd, mut f: impl FnMut(&[u8], EntryKind, u64)) -> io::Result<Listed> {
-    let raw = dir.as_raw_fd();
     getdents(dir.as_fd(), |name, d_type, ino| {
-        let name = name.to_bytes();
-        if name == b"." || name == b".." {
-            return;
+        if let Some(kind) = entry_kind(dir.as_fd(), name, d_type) {
+            f(name.to_bytes(), kind, ino);
         }
-        let kind = match d_type {
-            nix::libc::DT_DIR => EntryKind::Dir,
-            nix::libc::DT_REG => EntryKind::File,
-            nix::libc::DT_LNK => EntryKind::Symlink,
-            nix::libc::DT_UNKNOWN => match fstatat(Some(raw), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-                Ok(st) => kind_of_mode(st.st_mode),
-                // Gone since the listing: churn.
-                Err(_) => return,
-            },
-            _ => EntryKind::Other,
-        };
-        f(name, kind, ino);
     })?;
     Ok(Listed(dir))
+}
+
+/// The kind of the entry `name` of `dir` from its `d_type`, asking `fstatat` (not following a
+/// link) where the filesystem gives none. `None`: gone since the listing (churn).
+pub fn entry_kind(dir: BorrowedFd<'_>, name: &CStr, d_type: u8) -> Option<EntryKind> {
+    Some(match d_type {
+        nix::libc::DT_DIR => EntryKind::Dir,
+        nix::libc::DT_REG => EntryKind::File,
+        nix::libc::DT_LNK => EntryKind::Symlink,
+        nix::libc::DT_UNKNOWN => {
+            let st = fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+            kind_of_mode(st.st_mode)
+        }
+        _ => EntryKind::Other,
+    })
 }
 
 /// The `getdents64` buffer, one per thread, kept between listings: a glibc `DIR` stream
@@ -261,7 +262,7 @@ thread_local! {
 }
 
 /// Calls `f(name, d_type, inode)` for each entry of `dir` from its current offset to the end
-/// (`.` and `..` included, entries with inode 0 skipped, as glibc's `readdir` does), with
+/// but `.` and `..` (and entries with inode 0, as glibc's `readdir` skips them), with
 /// `getdents64` (rustix's `RawDir`) into the thread's kept buffer. To list a held directory
 /// again from the start, [`rewind`] it first. `f` may list other directories (it gets a buffer
 /// of its own then).
@@ -273,7 +274,7 @@ pub fn getdents(dir: BorrowedFd<'_>, mut f: impl FnMut(&CStr, u8, u64)) -> io::R
     let mut r = Ok(());
     while let Some(e) = entries.next() {
         match e {
-            Ok(e) if e.ino() == 0 => {}
+            Ok(e) if e.ino() == 0 || matches!(e.file_name().to_bytes(), b"." | b"..") => {}
             Ok(e) => f(e.file_name(), d_type(e.file_type()), e.ino()),
             Err(e) => {
                 r = Err(e.into());
@@ -437,10 +438,9 @@ mod tests {
             getdents(fd.as_fd(), |name, d_type, ino| {
                 assert_ne!(ino, 0);
                 let name = name.to_bytes();
-                if name != b"." && name != b".." {
-                    dirs += usize::from(d_type == nix::libc::DT_DIR);
-                    got.push(name.to_vec());
-                }
+                assert!(!matches!(name, b"." | b".."));
+                dirs += usize::from(d_type == nix::libc::DT_DIR);
+                got.push(name.to_vec());
             })
             .unwrap();
             got.sort();

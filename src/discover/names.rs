@@ -211,16 +211,13 @@ fn list_dir(dir: &Path, non_utf8: &mut usize) -> Result<Vec<String>, ReadError> 
         Err(e) => return Err(ReadError::io(dir, e)),
     };
     let mut out = Vec::new();
-    crate::fsio::getdents(std::os::fd::AsFd::as_fd(&fd), |name, _, _| {
-        let name = name.to_bytes();
-        if name == b"." || name == b".." {
-            return;
-        }
-        match std::str::from_utf8(name) {
+    crate::fsio::getdents(
+        std::os::fd::AsFd::as_fd(&fd),
+        |name, _, _| match std::str::from_utf8(name.to_bytes()) {
             Ok(name) => out.push(name.to_owned()),
             Err(_) => *non_utf8 += 1,
-        }
-    })
+        },
+    )
     .map_err(|e| ReadError::io(dir, e))?;
     Ok(out)
 }

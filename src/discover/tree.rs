@@ -568,27 +568,10 @@ impl Tree {
 /// kept buffer: no second descriptor and no glibc `DIR` stream per listing).
 fn list(fd: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, u64)>> {
     fsio::rewind(fd)?;
-    let raw = fd.as_raw_fd();
     let mut out = Vec::new();
     fsio::getdents(fd, |name, d_type, ino| {
-        let name = name.to_bytes();
-        if name == b"." || name == b".." {
-            return;
-        }
-        let is_dir = match d_type {
-            nix::libc::DT_DIR => true,
-            nix::libc::DT_UNKNOWN => match nix::sys::stat::fstatat(
-                Some(raw),
-                name,
-                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-            ) {
-                Ok(st) => st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR,
-                Err(_) => false,
-            },
-            _ => false,
-        };
-        if is_dir {
-            out.push((name.to_vec(), ino));
+        if fsio::entry_kind(fd, name, d_type) == Some(fsio::EntryKind::Dir) {
+            out.push((name.to_bytes().to_vec(), ino));
         }
     })?;
     out.sort_unstable();

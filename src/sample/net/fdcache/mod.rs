@@ -567,7 +567,11 @@ impl SocketCache {
         dir: &Path,
         out: &mut Vec<u64>,
     ) -> Result<bool, ReadError> {
-        let gone = |e: &Errno| matches!(e, Errno::ENOENT | Errno::ESRCH);
+        // The pid exited: its fd directory is gone.
+        let gone = |e: &std::io::Error| {
+            e.raw_os_error()
+                .is_some_and(|n| matches!(Errno::from_raw(n), Errno::ENOENT | Errno::ESRCH))
+        };
         let opened;
         let dfd = match from {
             // SAFETY: `from` is a descriptor this cache holds for the whole call.
@@ -575,13 +579,7 @@ impl SocketCache {
             None => {
                 match crate::fsio::open_dir(dir) {
                     Ok(fd) => opened = fd,
-                    Err(e)
-                        if e.raw_os_error()
-                            .map(Errno::from_raw)
-                            .is_some_and(|e| gone(&e)) =>
-                    {
-                        return Ok(false)
-                    }
+                    Err(e) if gone(&e) => return Ok(false),
                     Err(e) => return Err(ReadError::io(dir, e)),
                 }
                 opened.as_fd()
@@ -589,9 +587,6 @@ impl SocketCache {
         };
         let listed = crate::fsio::rewind(dfd).and_then(|()| {
             crate::fsio::getdents(dfd, |name, _, _| {
-                if name.to_bytes().first() == Some(&b'.') {
-                    return;
-                }
                 // Followed relative to the open directory; an fd closed since readdir is churn.
                 let Ok(st) = fstatat(Some(dfd.as_raw_fd()), name, AtFlags::empty()) else {
                     return;
@@ -620,7 +615,7 @@ impl SocketCache {
         });
         match listed {
             Ok(()) => Ok(true),
-            Err(e) if e.raw_os_error().is_some_and(|n| gone(&Errno::from_raw(n))) => Ok(false),
+            Err(e) if gone(&e) => Ok(false),
             Err(e) => Err(ReadError::io(dir, e)),
         }
     }

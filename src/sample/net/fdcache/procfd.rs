@@ -118,7 +118,8 @@ pub(super) fn socket_proto_at(
             let n = usize::try_from(n).unwrap_or(0).min(val.len());
             return Some(parse_proto_name(&val[..n]));
         }
-        if matches!(Errno::last(), Errno::ENOSYS | Errno::EPERM | Errno::EINVAL) {
+        // errno only means something after a failed call (an empty value is `n == 0`).
+        if n < 0 && matches!(Errno::last(), Errno::ENOSYS | Errno::EPERM | Errno::EINVAL) {
             *at = false;
         }
     }
