@@ -5,7 +5,7 @@
 
 use crate::action::cgroup::{CgroupActuator, Freezer};
 use crate::action::enforce::Enforcer;
-use crate::action::guard::Guard;
+use crate::action::guard::{Guard, Reach};
 use crate::action::notify::Notifier;
 use crate::action::{Actuator, DryRun};
 use crate::cgroupfs::CgroupLayout;
@@ -183,7 +183,10 @@ impl Agent {
             clock.clone(),
             enforcer,
             node.clone(),
-            config.environment.pod_namespace.clone(),
+            Reach {
+                scopes: config.discovery.scopes.clone(),
+                own_namespace: config.environment.pod_namespace.clone(),
+            },
         );
         Ok(Agent {
             guard,

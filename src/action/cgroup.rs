@@ -261,6 +261,19 @@ impl CgroupActuator {
 }
 
 impl Actuator for CgroupActuator {
+    fn kill_freezes(&self) -> bool {
+        matches!(self.freezer, Freezer::V1 { .. })
+    }
+
+    /// FREEZING counts as held: a freeze in progress is ours. SIGSTOP leaves nothing to read.
+    fn held(&mut self, h: &CgroupHandle) -> Option<bool> {
+        match &self.freezer {
+            Freezer::V1 { .. } => Some(h.read("freezer.state").ok()?.trim() != "THAWED"),
+            Freezer::V2 { .. } => Some(h.read("cgroup.freeze").ok()?.trim() != "0"),
+            Freezer::Sigstop { .. } => None,
+        }
+    }
+
     fn freeze(&mut self, h: &CgroupHandle) -> Outcome {
         let why = match self.freeze_inner(h) {
             Ok(true) => return Outcome::Done,

@@ -5,16 +5,88 @@
 //! - nothing is frozen or killed whose subtree contains pid 1, pid 2 or the agent itself;
 //! - nothing is frozen before the state file lists it (write-ahead), and nothing is held at all
 //!   while the state file cannot be written;
-//! - a thaw that fails is retried every tick until it succeeds or the cgroup is gone.
+//! - a thaw that fails is retried every tick until it succeeds or the cgroup is gone;
+//! - only the holder of the state lock (`lock.rs`) writes, freezes, thaws or notifies;
+//! - one ledger of what we hold: every freeze (a trip's, a new instance's, a restored one, the
+//!   freeze step of a v1 kill) is in it and in the state file before the cgroup write; whatever
+//!   no breaker claims is thawed, and all of it at shutdown.
 
-use super::cgroup::{CgroupHandle, Freezer};
+use super::cgroup::{CgroupActuator, CgroupHandle, Freezer};
 use super::decide::{Command, Pin, Report};
+use super::lock::{NoHand, StateLock};
 use super::notify::Notifier;
 use super::state::{self, ActedCgroup, StateFile};
 use super::{Actuator, Outcome};
 use crate::model::ActionKind;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What this agent holds: every cgroup it froze (or is about to freeze) and has not thawed. In
+/// the state file before each freeze; mirrored for [`FailOpen`], which thaws it from another
+/// thread when a tick is stuck at SIGTERM.
+#[derive(Debug, Default)]
+struct Ledger {
+    held: BTreeSet<ActedCgroup>,
+    mirror: Arc<Mutex<BTreeSet<ActedCgroup>>>,
+}
+
+impl Ledger {
+    fn sync(&self) {
+        *self.mirror.lock().unwrap_or_else(|p| p.into_inner()) = self.held.clone();
+    }
+    fn insert(&mut self, c: ActedCgroup) -> bool {
+        let new = self.held.insert(c);
+        if new {
+            self.sync();
+        }
+        new
+    }
+    fn remove(&mut self, c: &ActedCgroup) -> bool {
+        let was = self.held.remove(c);
+        if was {
+            self.sync();
+        }
+        was
+    }
+    fn replace(&mut self, held: BTreeSet<ActedCgroup>) {
+        self.held = held;
+        self.sync();
+    }
+}
+
+/// The fail-open path that does not wait for the enforcer: thaws every cgroup of the ledger
+/// with a fresh cgroup writer. For a SIGTERM that arrives while a tick is stuck; the process
+/// exits right after, and whatever a stuck write froze later is in the state file for the next
+/// start.
+#[derive(Debug, Clone)]
+pub struct FailOpen {
+    held: Arc<Mutex<BTreeSet<ActedCgroup>>>,
+    freezer: Freezer,
+}
+
+impl FailOpen {
+    /// Returns how many cgroups were thawed (or were gone).
+    pub fn thaw_all(&self) -> usize {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut writer = CgroupActuator::new(self.freezer.clone(), Duration::from_secs(1));
+        let mut n = 0;
+        for c in held {
+            let out = match CgroupHandle::reopen(&self.freezer, &c.cgroup, c.inode) {
+                Some(h) => writer.thaw(&h),
+                None => Outcome::Gone,
+            };
+            match out {
+                Outcome::Failed(e) => {
+                    tracing::error!(cgroup = %c.cgroup, error = %e, "fail-open thaw failed")
+                }
+                _ => n += 1,
+            }
+        }
+        n
+    }
+}
 
 pub struct Enforcer {
     /// Freeze and kill: the cgroup writer, or a dry run.
@@ -26,10 +98,12 @@ pub struct Enforcer {
     /// Never frozen, stopped or killed, wherever they sit: pid 1, pid 2 (kthreadd) and the agent.
     protected: Vec<u32>,
     state_file: PathBuf,
+    /// The state lock, or why this instance has none (then it never writes, thaws or notifies).
+    hand: Result<StateLock, NoHand>,
     /// The decider's last state; written again with our own lists whenever they change.
     last: StateFile,
     /// Cgroups we froze and have not thawed: in the state file before each freeze.
-    frozen: BTreeSet<ActedCgroup>,
+    frozen: Ledger,
     /// Open handles: a held directory keeps its inode, so a cgroup recreated at the same path
     /// can never pass for the one pinned or frozen, on any filesystem.
     pinned: HashMap<Pin, Vec<CgroupHandle>>,
@@ -44,6 +118,9 @@ pub struct Enforcer {
     /// An unreadable state file could not be moved aside: never overwrite the only record.
     read_only: bool,
     quarantined: Option<String>,
+    /// Held cgroups found thawed by another hand, and ledger entries no breaker claimed.
+    foreign_thaws: u64,
+    unclaimed_thaws: u64,
 }
 
 impl std::fmt::Debug for Enforcer {
@@ -72,7 +149,12 @@ impl Enforcer {
         state_file: PathBuf,
         notifier: Notifier,
     ) -> Enforcer {
+        let hand = StateLock::take(&state_file);
+        if let Err(why) = &hand {
+            tracing::warn!(reason = %why, "not the owner of the breaker state: this instance will not write, freeze, thaw or notify until it takes the lock");
+        }
         Enforcer {
+            hand,
             act,
             undo,
             freezer,
@@ -83,7 +165,7 @@ impl Enforcer {
                 version: state::VERSION,
                 ..StateFile::default()
             },
-            frozen: BTreeSet::new(),
+            frozen: Ledger::default(),
             pinned: HashMap::new(),
             handles: HashMap::new(),
             unthawed: BTreeSet::new(),
@@ -92,6 +174,43 @@ impl Enforcer {
             durable: false,
             read_only: false,
             quarantined: None,
+            foreign_thaws: 0,
+            unclaimed_thaws: 0,
+        }
+    }
+
+    /// Why this instance has no hand, if it has none.
+    pub fn no_hand(&self) -> Option<String> {
+        self.hand.as_ref().err().map(ToString::to_string)
+    }
+
+    /// Tries again to take the state lock; true when this call took it (the caller then
+    /// restores the state file, as at start).
+    pub fn take_hand(&mut self) -> bool {
+        if self.hand.is_ok() {
+            return false;
+        }
+        match StateLock::take(&self.state_file) {
+            Ok(lock) => {
+                tracing::info!(state = %self.state_file.display(), "took the state lock: this instance now owns the breaker state");
+                self.hand = Ok(lock);
+                true
+            }
+            Err(why) => {
+                if self.hand.as_ref().err() != Some(&why) {
+                    tracing::warn!(reason = %why, "still not the owner of the breaker state");
+                }
+                self.hand = Err(why);
+                false
+            }
+        }
+    }
+
+    /// The thaw that works without this enforcer (see [`FailOpen`]).
+    pub fn fail_open(&self) -> FailOpen {
+        FailOpen {
+            held: self.frozen.mirror.clone(),
+            freezer: self.freezer.clone(),
         }
     }
 
@@ -120,18 +239,22 @@ impl Enforcer {
     /// next save) and the cgroups it names are adopted as orphans, thawed by `finish_restore`:
     /// with the record of the hold lost, failing open is the only safe choice.
     pub fn load(&mut self, unix_now: u64) -> Option<StateFile> {
+        if self.hand.is_err() {
+            return None;
+        }
+        state::remove_stale_temps(&self.state_file);
         let path = self.state_file.clone();
         let err = match state::load(&path) {
             Ok(Some(f)) => {
                 let acted = f.breakers.iter().flat_map(|b| b.acted.iter());
                 self.orphans = f.frozen.iter().chain(acted).cloned().collect();
-                self.frozen = self.orphans.clone();
+                self.frozen.replace(self.orphans.clone());
                 return Some(f);
             }
             Ok(None) => return None,
             Err(e) => e,
         };
-        let salvaged = std::fs::read_to_string(&path)
+        let salvaged = state::read_regular(&path, state::MAX_STATE_BYTES)
             .map(|t| state::salvage_acted(&t))
             .unwrap_or_default();
         match state::quarantine(&path, unix_now) {
@@ -146,13 +269,16 @@ impl Enforcer {
             }
         }
         self.orphans = salvaged.into_iter().collect();
-        self.frozen = self.orphans.clone();
+        self.frozen.replace(self.orphans.clone());
         None
     }
 
     /// After the restored holds were re-applied: thaws every cgroup a previous run froze that
     /// no breaker holds any more, then records the result.
     pub fn finish_restore(&mut self) {
+        if self.hand.is_err() {
+            return;
+        }
         for c in std::mem::take(&mut self.orphans) {
             self.undo_one(c);
         }
@@ -161,6 +287,7 @@ impl Enforcer {
 
     /// Applies commands in order; returns what the decider must learn from them.
     pub fn run(&mut self, commands: Vec<Command>) -> Vec<Report> {
+        let hand = self.hand.is_ok();
         for c in std::mem::take(&mut self.unthawed) {
             self.undo_one(c);
         }
@@ -202,10 +329,11 @@ impl Enforcer {
                         instance,
                     });
                 }
-                Command::Undo(c) => {
-                    self.undo_one(c);
-                }
-                Command::Notify(e) => self.notifier.send(e),
+                // Without the lock, what the decider holds is a live owner's: never ours to undo
+                // or announce.
+                Command::Undo(c) if hand => self.undo_one(c),
+                Command::Notify(e) if hand => self.notifier.send(e),
+                Command::Undo(_) | Command::Notify(_) => {}
             }
         }
         reports
@@ -253,7 +381,11 @@ impl Enforcer {
         if ino.is_some_and(|i| i != h.ino) {
             return (Outcome::Replaced, Some(cg));
         }
-        // A dry run writes nothing, so it needs no durable record; every real hold does.
+        // A dry run writes nothing, so it needs neither the lock nor a durable record; every
+        // real hold needs both.
+        if let (Err(why), true) = (&self.hand, self.act.writes()) {
+            return (Outcome::Failed(format!("not acting: {why}")), Some(cg));
+        }
         if !self.durable && self.act.writes() {
             let why = format!(
                 "the state file {} cannot be written: not acting without a durable record",
@@ -285,9 +417,18 @@ impl Enforcer {
             }
             ActionKind::Freeze => self.act.freeze(&h),
             ActionKind::Kill => {
+                // A v1 kill freezes first: that freeze is a hold like any other, in the ledger
+                // and the state file before the write, so an agent killed half-way leaves a
+                // record its next start thaws.
+                let record = self.act.writes() && self.act.kill_freezes();
+                if record && self.frozen.insert(cg.clone()) && !self.write_state() {
+                    self.frozen.remove(&cg);
+                    let why = "the state file cannot be written: not acting".to_owned();
+                    return (Outcome::Failed(why), Some(cg));
+                }
                 let out = self.act.kill(&h);
-                // A kill may freeze first (v1): never leave it frozen when the kill failed.
-                if matches!(out, Outcome::Failed(_)) && self.act.writes() {
+                // Never left frozen, whatever the kill did.
+                if record || (matches!(out, Outcome::Failed(_)) && self.act.writes()) {
                     self.undo_one(cg.clone());
                 }
                 out
@@ -325,13 +466,13 @@ impl Enforcer {
     /// Writes the decider's last state with our own lists; until a write succeeds again, no new
     /// hold is applied.
     fn write_state(&mut self) -> bool {
-        if self.read_only {
+        if self.read_only || self.hand.is_err() {
             self.state_write_failures += 1;
             self.durable = false;
             return false;
         }
         let mut file = self.last.clone();
-        file.frozen = self.frozen.union(&self.unthawed).cloned().collect();
+        file.frozen = self.frozen.held.union(&self.unthawed).cloned().collect();
         match state::save(&self.state_file, &file) {
             Ok(()) => {
                 if !self.durable && self.state_write_failures > 0 {
@@ -365,5 +506,90 @@ impl Enforcer {
     /// Thaws that failed and are being retried.
     pub fn thaws_pending(&self) -> usize {
         self.unthawed.len()
+    }
+
+    pub fn foreign_thaws(&self) -> u64 {
+        self.foreign_thaws
+    }
+
+    pub fn unclaimed_thaws(&self) -> u64 {
+        self.unclaimed_thaws
+    }
+
+    /// Cgroups held now (frozen by us, not thawed).
+    pub fn held(&self) -> usize {
+        self.frozen.held.len()
+    }
+
+    /// Held means held: every cgroup of the ledger is read back from the kernel. One that
+    /// another hand thawed (`echo THAWED > freezer.state`) leaves the ledger and is returned,
+    /// so the decider stops calling it held; one that is gone is churn and leaves quietly.
+    pub fn verify_held(&mut self) -> Vec<ActedCgroup> {
+        if self.hand.is_err() {
+            return Vec::new();
+        }
+        let mut thawed = Vec::new();
+        let mut gone = Vec::new();
+        for (c, h) in &self.handles {
+            if !self.frozen.held.contains(c) || self.unthawed.contains(c) {
+                continue;
+            }
+            if !h.same_cgroup() {
+                gone.push(c.clone());
+            } else if self.undo.held(h) == Some(false) {
+                thawed.push(c.clone());
+            }
+        }
+        for c in thawed.iter().chain(&gone) {
+            self.frozen.remove(c);
+            self.handles.remove(c);
+        }
+        for c in &thawed {
+            tracing::warn!(cgroup = %c.cgroup, "a held cgroup was thawed outside nodeguard: its breaker is released");
+        }
+        self.foreign_thaws += thawed.len() as u64;
+        if !thawed.is_empty() || !gone.is_empty() {
+            self.write_state();
+        }
+        thawed
+    }
+
+    /// One model of what we hold: a ledger entry that no breaker of the decider's last state
+    /// claims has no owner left to thaw it, so it is thawed now.
+    pub fn reconcile(&mut self) {
+        if self.hand.is_err() {
+            return;
+        }
+        let claimed: BTreeSet<&ActedCgroup> =
+            self.last.breakers.iter().flat_map(|b| &b.acted).collect();
+        let stray: Vec<ActedCgroup> = self
+            .frozen
+            .held
+            .iter()
+            .filter(|c| !claimed.contains(c) && !self.unthawed.contains(*c))
+            .cloned()
+            .collect();
+        if stray.is_empty() {
+            return;
+        }
+        for c in stray {
+            tracing::warn!(cgroup = %c.cgroup, "a frozen cgroup no breaker holds: thawed");
+            self.unclaimed_thaws += 1;
+            self.undo_one(c);
+        }
+        self.write_state();
+    }
+
+    /// Fail open at shutdown: thaws everything in the ledger, whoever decided it, and records
+    /// that nothing is frozen (the breakers stay, so a restart re-applies what is still due).
+    pub fn thaw_all(&mut self) {
+        if self.hand.is_err() {
+            return;
+        }
+        let all: Vec<ActedCgroup> = self.frozen.held.union(&self.unthawed).cloned().collect();
+        for c in all {
+            self.undo_one(c);
+        }
+        self.write_state();
     }
 }

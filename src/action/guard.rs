@@ -21,30 +21,62 @@ pub struct Guard {
     enforcer: Enforcer,
 }
 
+/// Where the guard may act: `discovery.scopes`, beside the guard config.
+#[derive(Debug, Clone)]
+pub struct Reach {
+    pub scopes: Vec<String>,
+    /// The agent's own namespace, always protected.
+    pub own_namespace: Option<String>,
+}
+
+impl Default for Reach {
+    fn default() -> Reach {
+        Reach {
+            scopes: vec!["/".into()],
+            own_namespace: None,
+        }
+    }
+}
+
 impl Guard {
     /// Restores the breakers of the state file (re-holding, or thawing what is not held any
-    /// more) before the first tick.
+    /// more) before the first tick, when this instance owns the state.
     pub fn new(
         cfg: GuardConfig,
         clock: Arc<dyn Clock>,
-        mut enforcer: Enforcer,
+        enforcer: Enforcer,
         node: String,
-        own_namespace: Option<String>,
+        reach: Reach,
     ) -> Guard {
-        let protected = protected_namespaces(&cfg, own_namespace);
-        let mut decider = Decider::new(cfg, node, protected);
-        let (now, wall) = (clock.now(), clock.wall());
-        let secs = wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        if let Some(file) = enforcer.load(secs) {
-            let reports = enforcer.run(decider.restore(now, wall, file));
-            enforcer.run(decider.settle(now, wall, reports));
-        }
-        enforcer.finish_restore();
-        Guard {
+        let protected = protected_namespaces(&cfg, reach.own_namespace);
+        let decider = Decider::scoped(cfg, node, protected, reach.scopes);
+        let mut g = Guard {
             clock,
             decider,
             enforcer,
+        };
+        if g.enforcer.no_hand().is_none() {
+            g.restore();
         }
+        g
+    }
+
+    /// Takes over the state file: its breakers are re-held or thawed, and every cgroup it
+    /// lists that no breaker holds is thawed.
+    fn restore(&mut self) {
+        let (now, wall) = (self.clock.now(), self.clock.wall());
+        let secs = wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if let Some(file) = self.enforcer.load(secs) {
+            let reports = self.enforcer.run(self.decider.restore(now, wall, file));
+            let settled = self.decider.settle(now, wall, reports);
+            self.enforcer.run(settled);
+        }
+        self.enforcer.finish_restore();
+    }
+
+    /// The thaw that does not wait for a tick in progress (SIGTERM during a stuck tick).
+    pub fn fail_open(&self) -> super::enforce::FailOpen {
+        self.enforcer.fail_open()
     }
 
     pub fn dry_run(&self) -> bool {
@@ -65,28 +97,43 @@ impl Guard {
         let protected = protected_namespaces(&cfg, own_namespace);
         let (now, wall) = (self.clock.now(), self.clock.wall());
         let commands = self.decider.reconfigure(now, wall, cfg, protected);
+        // Without the lock the enforcer drops the undos and the state writes.
         let reports = self.enforcer.run(commands);
         let settled = self.decider.settle(now, wall, reports);
         self.enforcer.run(settled);
     }
 
     pub fn step(&mut self, snap: &Snapshot) -> GuardStatus {
+        if self.enforcer.take_hand() {
+            // Whatever it decided without the lock was never applied: start from the state file.
+            self.decider = self.decider.fresh();
+            self.restore();
+        }
         let (now, wall) = (self.clock.now(), self.clock.wall());
-        let releases = state::take_releases(self.enforcer.state_file());
-        let commands = self.decider.decide(now, wall, snap, &releases);
+        let owner = self.enforcer.no_hand().is_none();
+        let thawed = self.enforcer.verify_held();
+        let mut commands = self.decider.thawed_outside(now, wall, &thawed);
+        let releases = if owner {
+            state::take_releases(self.enforcer.state_file())
+        } else {
+            Vec::new()
+        };
+        commands.extend(self.decider.decide(now, wall, snap, &releases));
         let reports = self.enforcer.run(commands);
         let settled = self.decider.settle(now, wall, reports);
         self.enforcer.run(settled);
+        self.enforcer.reconcile();
         // As of the decision, not of the end of the writes: a hold's remaining time is exact.
         self.status_at(now, wall)
     }
 
-    /// Fail open: thaw everything this agent froze. Breakers stay in the state file, so a
-    /// restarted agent re-applies holds that are still due.
+    /// Fail open: thaw everything this agent froze, whichever breaker (if any) froze it.
+    /// Breakers stay in the state file, so a restarted agent re-applies holds still due.
     pub fn shutdown(&mut self) {
         let (now, wall) = (self.clock.now(), self.clock.wall());
         let commands = self.decider.shutdown(now, wall);
         self.enforcer.run(commands);
+        self.enforcer.thaw_all();
     }
 
     /// The guard as of now (after a reload, between ticks).
@@ -100,6 +147,10 @@ impl Guard {
             state_write_failures_total: self.enforcer.state_write_failures(),
             state_quarantined: self.enforcer.quarantined().map(str::to_owned),
             thaws_pending: self.enforcer.thaws_pending(),
+            not_owner: self.enforcer.no_hand(),
+            held_cgroups: self.enforcer.held(),
+            foreign_thaws_total: self.enforcer.foreign_thaws(),
+            unclaimed_thaws_total: self.enforcer.unclaimed_thaws(),
             ..self.decider.status(now, wall)
         }
     }

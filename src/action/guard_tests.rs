@@ -45,13 +45,24 @@ const RULES: &str = "  rules:
 ";
 
 fn rig_with(extra: &str, dry_run: bool, dir: tempfile::TempDir, clock: ManualClock) -> Rig {
+    rig_rules(extra, dry_run, dir, clock, RULES)
+}
+
+/// The rig with its own rules (the log-flood rule with another action, say).
+fn rig_rules(
+    extra: &str,
+    dry_run: bool,
+    dir: tempfile::TempDir,
+    clock: ManualClock,
+    rules: &str,
+) -> Rig {
     let state = if extra.contains("state_file:") {
         String::new()
     } else {
         format!("  state_file: {}/state.json\n", dir.path().display())
     };
     let yaml = format!(
-        "guard:\n  dry_run: {dry_run}\n{state}  cooldown: 30s\n  max_actions_per_10m: 3\n  probation: 1h\n  max_hold: 40m\n{extra}{RULES}"
+        "guard:\n  dry_run: {dry_run}\n{state}  cooldown: 30s\n  max_actions_per_10m: 3\n  probation: 1h\n  max_hold: 40m\n{extra}{rules}"
     );
     let cfg = Config::from_yaml(&yaml).unwrap().guard;
     let rec = Recording::default();
@@ -74,13 +85,21 @@ fn rig_with(extra: &str, dry_run: bool, dir: tempfile::TempDir, clock: ManualClo
         Arc::new(clock.clone()),
         enforcer,
         "node-a".into(),
-        None,
+        Reach::default(),
     );
     Rig {
         dir,
         clock,
         rec,
         guard,
+    }
+}
+
+impl Rig {
+    /// The agent exits (its state lock with it); its directory stays for the next one.
+    fn exit(self) -> tempfile::TempDir {
+        drop(self.guard);
+        self.dir
     }
 }
 
@@ -407,7 +426,32 @@ fn dry_run_decides_the_same_and_writes_nothing() {
 }
 
 #[test]
-fn a_cgroup_recreated_while_the_rule_is_pending_is_not_touched() {
+fn a_cgroup_recreated_for_another_instance_while_pending_is_not_touched() {
+    let mut r = rig("");
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    r.step(&s);
+    let p = r
+        .dir
+        .path()
+        .join("cg/kubepods")
+        .join(format!("pod-{BACKEND}"))
+        .join("aaa");
+    std::fs::remove_dir(&p).unwrap();
+    std::fs::create_dir(&p).unwrap();
+    // Another instance now sits at the pinned path.
+    let mut other = s.clone();
+    other.workloads[0].container_id = Some("bbb".into());
+    let st = r.at(M, &other);
+    assert!(r.rec.calls().is_empty());
+    assert!(st.breakers.is_empty(), "nothing held: no breaker");
+    assert_eq!(
+        st.actions,
+        vec![("log-flood".to_string(), "freeze", "replaced", 1)]
+    );
+}
+
+#[test]
+fn the_same_instance_recreated_at_its_path_is_held() {
     let mut r = rig("");
     let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
     r.step(&s);
@@ -420,12 +464,10 @@ fn a_cgroup_recreated_while_the_rule_is_pending_is_not_touched() {
     std::fs::remove_dir(&p).unwrap();
     std::fs::create_dir(&p).unwrap();
     let st = r.at(M, &s);
-    assert!(r.rec.calls().is_empty());
-    assert!(st.breakers.is_empty(), "nothing held: no breaker");
-    assert_eq!(
-        st.actions,
-        vec![("log-flood".to_string(), "freeze", "replaced", 1)]
-    );
+    let cg = format!("/kubepods/pod-{BACKEND}/aaa");
+    assert_eq!(r.rec.calls(), vec![format!("freeze {cg}")]);
+    assert_eq!(st.breakers.len(), 1);
+    assert_eq!(st.held_cgroups, 1);
 }
 
 #[test]
@@ -448,7 +490,7 @@ fn breakers_survive_a_restart_and_shutdown_thaws() {
     assert_eq!(saved.breakers.len(), 1);
     assert_eq!(saved.breakers[0].acted[0].cgroup, cg);
     // A new agent 5 minutes later: the hold is re-applied, 10 minutes remain.
-    let Rig { dir, .. } = r;
+    let dir = r.exit();
     clock.advance(5 * M);
     let mut r2 = rig_with("", false, dir, clock.clone());
     assert_eq!(r2.rec.calls(), vec![format!("freeze {cg}")]);
@@ -457,7 +499,7 @@ fn breakers_survive_a_restart_and_shutdown_thaws() {
     assert_eq!(r2.rec.calls().len(), 1, "not frozen twice");
     // Restart after the hold expired: thawed, not re-applied.
     r2.guard.shutdown();
-    let Rig { dir, .. } = r2;
+    let dir = r2.exit();
     clock.advance(20 * M);
     let r3 = rig_with("", false, dir, clock.clone());
     assert_eq!(r3.rec.calls(), vec![format!("thaw {cg}")]);
@@ -596,7 +638,7 @@ fn frozen_then_killed() -> (tempfile::TempDir, ManualClock, String, Snapshot) {
     let cg = format!("/kubepods/pod-{BACKEND}/aaa");
     assert_eq!(r.rec.calls(), vec![format!("freeze {cg}")]);
     // SIGKILL: no shutdown, the cgroup stays frozen.
-    let Rig { dir, .. } = r;
+    let dir = r.exit();
     (dir, clock, cg, s)
 }
 
@@ -694,7 +736,7 @@ fn an_unreadable_state_file_is_kept_aside_and_what_it_froze_is_thawed() {
 
     // Not JSON at all: kept aside as it is, nothing to thaw.
     std::fs::write(&path, "{not json").unwrap();
-    let Rig { dir, .. } = r;
+    let dir = r.exit();
     clock.advance(S);
     let r = rig_with("", false, dir, clock.clone());
     assert!(r.rec.calls().is_empty());
@@ -778,7 +820,13 @@ fn a_freeze_that_failed_is_thawed_until_a_thaw_succeeds() {
         cfg.state_file.clone(),
         crate::action::notify::Notifier::new(None),
     );
-    let guard = Guard::new(cfg, Arc::new(clock.clone()), enforcer, "n".into(), None);
+    let guard = Guard::new(
+        cfg,
+        Arc::new(clock.clone()),
+        enforcer,
+        "n".into(),
+        Reach::default(),
+    );
     let mut r = Rig {
         dir,
         clock,
@@ -813,4 +861,225 @@ fn a_freeze_that_failed_is_thawed_until_a_thaw_succeeds() {
             format!("thaw {cg}"),
         ]
     );
+}
+
+/// The log-flood rule kills instead of freezing.
+fn kill_rules() -> String {
+    RULES.replacen("action: freeze", "action: kill", 1)
+}
+
+#[test]
+fn a_kill_rules_refreeze_of_the_next_instance_is_released_at_hold_end_and_at_shutdown() {
+    for shutdown in [false, true] {
+        let clock = ManualClock::default();
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = rig_rules("", false, dir, clock, &kill_rules());
+        let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+        r.step(&s);
+        r.at(M, &s);
+        let (aaa, bbb) = (
+            format!("/kubepods/pod-{BACKEND}/aaa"),
+            format!("/kubepods/pod-{BACKEND}/bbb"),
+        );
+        assert_eq!(r.rec.calls(), vec![format!("kill {aaa}")]);
+        // The kubelet restarts it: the next instance is frozen while the hold lasts...
+        let next = snap(vec![w(&r, "feeds", BACKEND, "relay", "bbb", 0)]);
+        let st = r.at(S, &next);
+        assert_eq!(r.rec.calls()[1..], [format!("freeze {bbb}")]);
+        assert_eq!(st.held_cgroups, 1);
+        let saved = state::load(&r.dir.path().join("state.json"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            saved.breakers[0].acted.len(),
+            1,
+            "the breaker owns the re-freeze"
+        );
+        // ...and thawed when it ends, or when the agent stops.
+        let st = if shutdown {
+            r.guard.shutdown();
+            r.guard.status()
+        } else {
+            r.at(15 * M, &next)
+        };
+        assert_eq!(
+            r.rec.calls()[2..],
+            [format!("thaw {bbb}")],
+            "shutdown={shutdown}"
+        );
+        assert_eq!(st.held_cgroups, 0);
+        let saved = state::load(&r.dir.path().join("state.json"))
+            .unwrap()
+            .unwrap();
+        assert!(saved.frozen.is_empty());
+    }
+}
+
+#[test]
+fn a_second_instance_never_undoes_the_owners_holds_and_takes_over_when_it_exits() {
+    let (dir, clock, cg, s) = frozen_then_killed();
+    // The owner of that state is alive again (restarted): it re-holds.
+    let owner = rig_with("", false, dir, clock.clone());
+    assert_eq!(owner.rec.calls(), vec![format!("freeze {cg}")]);
+    let path = owner.dir.path().join("state.json");
+    let before = std::fs::read_to_string(&path).unwrap();
+    // A dry-run instance on the same state (the README's run beside the DaemonSet).
+    let shared = tempfile::Builder::new().tempdir().unwrap();
+    let extra = format!("  state_file: {}\n", path.display());
+    let mut second = rig_with(&extra, true, shared, clock.clone());
+    let st = second.step(&s);
+    let st2 = second.at(M, &s);
+    assert!(second.rec.calls().is_empty(), "{:?}", second.rec.calls());
+    assert!(
+        st.not_owner
+            .as_deref()
+            .unwrap_or("")
+            .contains("owned by another"),
+        "{st:?}"
+    );
+    assert!(st2.breakers.is_empty() && st2.held_cgroups == 0);
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        before,
+        "not one write"
+    );
+    // An enforcing second instance does no more.
+    let other = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(owner.dir.path().join("cg"), other.path().join("cg")).unwrap();
+    let mut third = rig_with(&extra, false, other, clock.clone());
+    third.at(M, &s);
+    assert!(third.rec.calls().is_empty());
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+    // The owner goes (SIGKILL: no shutdown): the waiting instance takes the lock at its next
+    // tick and re-applies the hold still due.
+    let _kept = owner.exit();
+    let st = third.at(S, &s);
+    assert_eq!(st.not_owner, None);
+    assert_eq!(third.rec.calls(), vec![format!("freeze {cg}")]);
+    assert_eq!(st.held_cgroups, 1);
+    assert_eq!(st.breakers.len(), 1);
+}
+
+#[test]
+fn a_foreign_thaw_releases_the_breaker_and_is_counted() {
+    let mut r = rig("");
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    r.step(&s);
+    let st = r.at(M, &s);
+    assert_eq!(st.held_cgroups, 1);
+    let cg = format!("/kubepods/pod-{BACKEND}/aaa");
+    r.rec.thawed_outside.lock().unwrap().push(cg.clone());
+    let st = r.at(S, &s);
+    assert_eq!(
+        (st.held_cgroups, st.foreign_thaws_total, st.breakers.len()),
+        (0, 1, 0)
+    );
+    assert_eq!(
+        r.rec.calls(),
+        vec![format!("freeze {cg}")],
+        "nothing more to thaw"
+    );
+    let saved = state::load(&r.dir.path().join("state.json"))
+        .unwrap()
+        .unwrap();
+    assert!(saved.breakers.is_empty() && saved.frozen.is_empty());
+}
+
+#[test]
+fn a_restored_hold_that_is_now_protected_or_out_of_scope_is_released() {
+    let (dir, clock, cg, _) = frozen_then_killed();
+    let r = rig_with(
+        "  protect:\n    namespaces: [feeds]\n",
+        false,
+        dir,
+        clock.clone(),
+    );
+    assert_eq!(r.rec.calls(), vec![format!("thaw {cg}")]);
+    assert!(r.guard.status().breakers.is_empty());
+
+    let (dir, clock, cg, _) = frozen_then_killed();
+    let cfg = Config::from_yaml(&format!(
+        "guard:\n  dry_run: false\n  state_file: {}/state.json\n{RULES}",
+        dir.path().display()
+    ))
+    .unwrap()
+    .guard;
+    let rec = Recording::default();
+    let enforcer = Enforcer::new(
+        Box::new(rec.clone()),
+        Box::new(rec.clone()),
+        Freezer::V2 {
+            root: dir.path().join("cg"),
+        },
+        cfg.state_file.clone(),
+        crate::action::notify::Notifier::new(None),
+    );
+    let reach = Reach {
+        scopes: vec!["/system.slice".into()],
+        own_namespace: None,
+    };
+    let g = Guard::new(cfg, Arc::new(clock), enforcer, "n".into(), reach);
+    assert_eq!(rec.calls(), vec![format!("thaw {cg}")]);
+    assert!(g.status().breakers.is_empty());
+}
+
+#[test]
+fn a_reload_that_protects_a_held_workload_releases_it() {
+    let mut r = rig("");
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    r.step(&s);
+    r.at(M, &s);
+    let cg = format!("/kubepods/pod-{BACKEND}/aaa");
+    let yaml = format!(
+        "guard:\n  dry_run: false\n  state_file: {}/state.json\n  cooldown: 30s\n  max_actions_per_10m: 3\n  probation: 1h\n  max_hold: 40m\n  protect:\n    workloads: [\"feeds/backend-*\"]\n{RULES}",
+        r.dir.path().display()
+    );
+    let cfg = Config::from_yaml(&yaml).unwrap().guard;
+    r.guard.reconfigure(cfg, None, None, None);
+    assert_eq!(
+        r.rec.calls(),
+        vec![format!("freeze {cg}"), format!("thaw {cg}")]
+    );
+    let st = r.guard.status();
+    assert!(st.breakers.is_empty());
+    assert_eq!(st.held_cgroups, 0);
+}
+
+#[test]
+fn a_frozen_cgroup_no_breaker_claims_is_thawed() {
+    use crate::action::decide::{Command, Ticket};
+    let dir = tempfile::tempdir().unwrap();
+    mkcg(dir.path(), "/kubepods/x");
+    let rec = Recording::default();
+    let mut e = Enforcer::new(
+        Box::new(rec.clone()),
+        Box::new(rec.clone()),
+        Freezer::V2 {
+            root: dir.path().join("cg"),
+        },
+        dir.path().join("state.json"),
+        crate::action::notify::Notifier::new(None),
+    );
+    e.finish_restore();
+    let key = (
+        crate::action::breaker::BreakerId {
+            namespace: "n".into(),
+            owner: "o".into(),
+            container: "c".into(),
+        },
+        0,
+    );
+    // A freeze whose breaker the decider no longer has (its record was dropped).
+    e.run(vec![Command::Hold {
+        ticket: Ticket::NewInstance(key),
+        action: crate::model::ActionKind::Freeze,
+        rel: "/kubepods/x".into(),
+        ino: None,
+        instance: "x".into(),
+    }]);
+    assert_eq!(e.held(), 1);
+    e.reconcile();
+    assert_eq!(e.held(), 0);
+    assert_eq!(e.unclaimed_thaws(), 1);
+    assert_eq!(rec.calls(), vec!["freeze /kubepods/x", "thaw /kubepods/x"]);
 }

@@ -7,6 +7,7 @@ pub mod cgroup;
 pub mod decide;
 pub mod enforce;
 pub mod guard;
+mod lock;
 pub mod notify;
 pub mod owner;
 pub mod state;
@@ -55,6 +56,15 @@ pub trait Actuator: Send + std::fmt::Debug {
     fn freeze(&mut self, h: &CgroupHandle) -> Outcome;
     fn thaw(&mut self, h: &CgroupHandle) -> Outcome;
     fn kill(&mut self, h: &CgroupHandle) -> Outcome;
+    /// Whether `kill` freezes the cgroup on its way (v1): that freeze is then recorded first.
+    fn kill_freezes(&self) -> bool {
+        false
+    }
+    /// What the kernel says of a cgroup we froze: `Some(false)` once something thawed it;
+    /// `None` where it cannot tell (no freezer state to read).
+    fn held(&mut self, _h: &CgroupHandle) -> Option<bool> {
+        None
+    }
 }
 
 /// Takes every decision, writes nothing.
@@ -76,10 +86,12 @@ impl Actuator for DryRun {
     }
 }
 
-/// Records calls (`"freeze /path"`) and succeeds; for tests of the decision logic.
+/// Records calls (`"freeze /path"`) and succeeds; for tests of the decision logic. A cgroup
+/// listed in `thawed_outside` reads as thawed by another hand.
 #[derive(Debug, Default, Clone)]
 pub struct Recording {
     pub calls: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    pub thawed_outside: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Recording {
@@ -104,5 +116,12 @@ impl Actuator for Recording {
     }
     fn kill(&mut self, h: &CgroupHandle) -> Outcome {
         self.push("kill", h)
+    }
+    fn held(&mut self, h: &CgroupHandle) -> Option<bool> {
+        let outside = self
+            .thawed_outside
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        Some(!outside.contains(&h.rel))
     }
 }

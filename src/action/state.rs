@@ -115,7 +115,13 @@ pub fn salvage_acted(text: &str) -> Vec<ActedCgroup> {
 
 /// `Ok(None)` when there is no state file yet.
 pub fn load(path: &Path) -> Result<Option<StateFile>, ReadError> {
-    crate::fsio::parse_optional(path, parse)
+    match read_regular(path, MAX_STATE_BYTES) {
+        Ok(text) => parse(&text)
+            .map(Some)
+            .map_err(|e| ReadError::parse(path, e)),
+        Err(e) if crate::fsio::is_gone(&e) => Ok(None),
+        Err(e) => Err(ReadError::io(path, e)),
+    }
 }
 
 /// Moves an unreadable state file aside (never overwritten by the next save) and returns where.
@@ -127,23 +133,22 @@ pub fn quarantine(path: &Path, unix_now: u64) -> std::io::Result<PathBuf> {
 }
 
 /// Write to a temp file beside it, fsync, rename over, fsync the directory: a crash leaves the
-/// old or the new file, never half of one. The temp file is created exclusively and without
-/// following symlinks, so a link planted at its name cannot redirect the write.
+/// old or the new file, never half of one. The temp file's name is unique to this writer (pid and
+/// a sequence number), created exclusively and without following symlinks, so neither a second
+/// writer nor a link planted beside it can redirect or interleave the write.
 pub fn save(path: &Path, state: &StateFile) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("state")
+        "{}{}.{}",
+        temp_prefix(path),
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
     ));
-    // A temp file left by a crash (or anything planted there): unlink never follows a link.
-    match std::fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    {
+    let written = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -153,10 +158,63 @@ pub fn save(path: &Path, state: &StateFile) -> std::io::Result<()> {
         let body = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
         f.write_all(&body)?;
         f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        // A full disk must not also fill up with our half-written temp files.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
-    std::fs::rename(&tmp, path)?;
     std::fs::File::open(dir)?.sync_all()
 }
+
+/// `.<name>.tmp.`: what every temp file of `path` starts with.
+fn temp_prefix(path: &Path) -> String {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
+    format!(".{name}.tmp.")
+}
+
+/// Temp files of writers that died before their rename; called by the lock's new holder, the
+/// only writer there is. Unlink never follows a link.
+pub fn remove_stale_temps(path: &Path) {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let prefix = temp_prefix(path);
+    let legacy = prefix.trim_end_matches('.').to_owned();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&prefix) || *name == legacy {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Reads a file that anyone with access to the directory could have replaced: opened without
+/// blocking (a FIFO planted there must not hang the tick) and refused unless it is a regular
+/// file; at most `max` bytes.
+pub(crate) fn read_regular(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut text = String::new();
+    f.take(max).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// Larger than any state file we write (a breaker is ~1 KiB; breakers are bounded by rules and
+/// workloads).
+pub(crate) const MAX_STATE_BYTES: u64 = 64 << 20;
+/// A release request is one small JSON object.
+const MAX_RELEASE_BYTES: u64 = 64 << 10;
 
 /// A hand release, dropped by `nodeguard release` into `<state dir>/release/`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -205,7 +263,9 @@ pub fn take_releases(state_path: &Path) -> Vec<ReleaseRequest> {
         if p.extension().and_then(|x| x.to_str()) != Some("json") {
             continue;
         }
-        match std::fs::read_to_string(&p).map(|t| serde_json::from_str::<ReleaseRequest>(&t)) {
+        match read_regular(&p, MAX_RELEASE_BYTES)
+            .map(|t| serde_json::from_str::<ReleaseRequest>(&t))
+        {
             Ok(Ok(r)) => out.push(r),
             Ok(Err(e)) => {
                 tracing::warn!(path = %p.display(), error = %e, "ignoring a malformed release request")
@@ -281,20 +341,51 @@ mod tests {
     }
 
     #[test]
-    fn a_link_planted_at_the_temp_name_is_not_followed() {
+    fn a_link_planted_at_a_temp_name_is_not_followed() {
         let dir = tempfile::tempdir().unwrap();
         let victim = dir.path().join("victim");
         std::fs::write(&victim, "precious").unwrap();
         let path = dir.path().join("state.json");
-        std::os::unix::fs::symlink(&victim, dir.path().join(".state.json.tmp")).unwrap();
+        // The names this writer would use next, and the old fixed one.
+        let pid = std::process::id();
+        let mut planted = vec![dir.path().join(".state.json.tmp")];
+        planted.extend((0..64).map(|i| dir.path().join(format!(".state.json.tmp.{pid}.{i}"))));
+        for p in &planted {
+            std::os::unix::fs::symlink(&victim, p).unwrap();
+        }
         let s = StateFile {
             version: VERSION,
             ..Default::default()
         };
+        // Refused (the name exists) rather than followed.
+        let _ = save(&path, &s);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        // The lock's new holder clears them: links, never their targets.
+        remove_stale_temps(&path);
+        assert!(planted
+            .iter()
+            .all(|p| std::fs::symlink_metadata(p).is_err()));
         save(&path, &s).unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert_eq!(load(&path).unwrap(), Some(s));
         assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_the_state_file_or_a_release_request_never_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = load(&path).unwrap_err();
+        assert!(e.to_string().contains("regular"), "{e}");
+        let rel = release_dir(&path);
+        std::fs::create_dir_all(&rel).unwrap();
+        nix::unistd::mkfifo(&rel.join("1-1.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(take_releases(&path).is_empty());
+        assert!(
+            !rel.join("1-1.json").exists(),
+            "taken away, not left to block again"
+        );
     }
 
     #[test]

@@ -12,6 +12,19 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+/// Whether the cgroup `rel` lies in one of `scopes` (`discovery.scopes`: `/`, or a path and
+/// everything below it).
+pub fn in_scopes(scopes: &[String], rel: &str) -> bool {
+    scopes.iter().any(|s| {
+        let s = s.trim_matches('/');
+        s.is_empty()
+            || rel
+                .trim_start_matches('/')
+                .strip_prefix(s)
+                .is_some_and(|r| r.is_empty() || r.starts_with('/'))
+    })
+}
+
 /// `<hierarchy root><rel>`; `rel` is absolute within the hierarchy, with names escaped as the
 /// walk lists them: the path names the very directory listed, even one whose name is not UTF-8.
 pub fn join_rel(root: &Path, rel: &str) -> PathBuf {
@@ -38,6 +51,16 @@ pub fn parse_procs(text: &str) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scopes_hold_their_subtree_only() {
+        let scopes = vec!["/kubepods.slice/".to_owned()];
+        assert!(in_scopes(&scopes, "/kubepods.slice"));
+        assert!(in_scopes(&scopes, "/kubepods.slice/pod1/c"));
+        assert!(!in_scopes(&scopes, "/kubepods.slice-other/c"));
+        assert!(!in_scopes(&scopes, "/system.slice/x.service"));
+        assert!(in_scopes(&["/".to_owned()], "/anything"));
+    }
 
     #[test]
     fn procs_lists_pids_and_skips_junk() {

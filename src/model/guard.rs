@@ -15,6 +15,16 @@ pub struct GuardStatus {
     pub state_quarantined: Option<String>,
     /// Cgroups we froze whose thaw failed, retried every tick.
     pub thaws_pending: usize,
+    /// Why this instance does not own the breaker state (another agent holds its lock, or the
+    /// state directory is unusable); `None` for the owner. A non-owner never writes, freezes,
+    /// thaws or notifies.
+    pub not_owner: Option<String>,
+    /// Cgroups frozen by this agent now, as the kernel confirmed at this tick.
+    pub held_cgroups: usize,
+    /// Held cgroups found thawed by another hand (each releases its breaker).
+    pub foreign_thaws_total: u64,
+    /// Frozen cgroups no breaker claimed any more, thawed by the agent.
+    pub unclaimed_thaws_total: u64,
     pub breakers: Vec<BreakerView>,
     pub pending: Vec<PendingView>,
     /// (rule, action, outcome, count) since start.

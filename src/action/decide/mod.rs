@@ -26,6 +26,7 @@ mod target;
 #[cfg(test)]
 mod tests;
 
+use crate::cgroupfs::in_scopes;
 use target::{covers, held_by, matches_id};
 pub use target::{glob, identity};
 
@@ -110,6 +111,10 @@ pub struct Decider {
     /// Revisions replaced by a newer one, per identity, while they still run.
     superseded: HashMap<BreakerId, HashSet<String>>,
     pending: Vec<(usize, Target, Duration)>,
+    /// `discovery.scopes`: a held cgroup outside them is not ours to hold.
+    scopes: Vec<String>,
+    /// The instance (container id) each pinned cgroup had when pinned, by path.
+    pin_instances: HashMap<Pin, HashMap<String, String>>,
 }
 
 /// `now + d`, saturating far in the future instead of overflowing (config bounds every duration;
@@ -139,7 +144,19 @@ fn wall_of(now: Instant, wall: SystemTime, at: Instant) -> f64 {
 impl Decider {
     /// `protected_namespaces` already lists the agent's own namespace, if it runs in one.
     pub fn new(cfg: GuardConfig, node: String, protected_namespaces: Vec<String>) -> Decider {
+        Decider::scoped(cfg, node, protected_namespaces, vec!["/".into()])
+    }
+
+    /// A decider that holds nothing outside `scopes` (`discovery.scopes`).
+    pub fn scoped(
+        cfg: GuardConfig,
+        node: String,
+        protected_namespaces: Vec<String>,
+        scopes: Vec<String>,
+    ) -> Decider {
         Decider {
+            scopes,
+            pin_instances: HashMap::new(),
             engine: RuleEngine::new(cfg.rules.clone()),
             throttle: Throttle::new(cfg.cooldown, cfg.max_actions_per_10m),
             cfg,
@@ -157,16 +174,40 @@ impl Decider {
 
     /// Why a workload must not be acted on, if it must not.
     fn protected(&self, w: &WorkloadSignals) -> Option<&'static str> {
-        if w.kind == Kind::Unit {
-            if !self.cfg.host_units.contains(&w.id.container) {
+        let id = &w.id;
+        self.protected_as(w.kind == Kind::Unit, &id.namespace, &id.pod, &id.container)
+    }
+
+    /// The same, from what a breaker keeps of its workload (a restored or reloaded one).
+    fn protected_breaker(&self, b: &Breaker) -> Option<&'static str> {
+        // Host units are the breakers without a namespace (`identity`).
+        let unit = b.id.namespace.is_empty();
+        if let Some(why) = self.protected_as(unit, &b.id.namespace, &b.pod, &b.id.container) {
+            return Some(why);
+        }
+        if b.acted.iter().any(|c| !in_scopes(&self.scopes, &c.cgroup)) {
+            return Some("outside discovery.scopes");
+        }
+        None
+    }
+
+    fn protected_as(
+        &self,
+        unit: bool,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Option<&'static str> {
+        if unit {
+            if !self.cfg.host_units.iter().any(|u| u == container) {
                 return Some("outside kubepods and not listed in guard.host_units");
             }
             return None;
         }
-        if self.protected_namespaces.contains(&w.id.namespace) {
+        if self.protected_namespaces.iter().any(|n| n == namespace) {
             return Some("protected namespace");
         }
-        let full = format!("{}/{}/{}", w.id.namespace, w.id.pod, w.id.container);
+        let full = format!("{namespace}/{pod}/{container}");
         if self.cfg.protect.workloads.iter().any(|g| glob(g, &full)) {
             return Some("protected by guard.protect.workloads");
         }
@@ -253,16 +294,26 @@ impl Decider {
             .collect();
         for pin in gone {
             self.pins.remove(&pin);
+            self.pin_instances.remove(&pin);
             out.push(Command::Unpin(pin));
         }
         for pin in live {
             if pin.1 == Target::Node || self.pins.contains_key(&pin) {
                 continue;
             }
-            let rels: Vec<String> = crate::rule::observe::targets(snap, &pin.1)
+            let pinned: Vec<(String, String)> = crate::rule::observe::targets(snap, &pin.1)
                 .iter()
-                .filter_map(|id| snap.workloads.iter().find(|w| w.id == *id)?.cgroup.clone())
+                .filter_map(|id| {
+                    let w = snap.workloads.iter().find(|w| w.id == *id)?;
+                    Some((
+                        w.cgroup.clone()?,
+                        w.container_id.clone().unwrap_or_default(),
+                    ))
+                })
                 .collect();
+            let rels = pinned.iter().map(|(rel, _)| rel.clone()).collect();
+            self.pin_instances
+                .insert(pin.clone(), pinned.into_iter().collect());
             // Filled in by the enforcer's report; an empty entry stops a second pin.
             self.pins.insert(pin.clone(), Vec::new());
             out.push(Command::Pin { pin, rels });
@@ -415,6 +466,7 @@ impl Decider {
             };
             let pin = (f.rule, f.target.clone());
             let pinned = self.pins.remove(&pin).unwrap_or_default();
+            let instances = self.pin_instances.remove(&pin).unwrap_or_default();
             let mut b = Breaker {
                 id: key.0.clone(),
                 rule: f.rule,
@@ -457,8 +509,17 @@ impl Decider {
                     continue;
                 }
                 // The inode recorded when the rule started pending; a target without one is
-                // opened now.
-                let ino = pinned.iter().find(|p| p.cgroup == rel).map(|p| p.inode);
+                // opened now. The same instance recreated at the path (a unit restarted in
+                // place) is the same workload: it is held, not reported replaced.
+                let instance = w.container_id.clone().unwrap_or_default();
+                let same_instance = instances
+                    .get(&rel)
+                    .is_some_and(|i| !i.is_empty() && *i == instance);
+                let ino = pinned
+                    .iter()
+                    .find(|p| p.cgroup == rel)
+                    .map(|p| p.inode)
+                    .filter(|_| !same_instance);
                 holds.push(Command::Hold {
                     ticket: Ticket::Trip(key.clone()),
                     action: rule.action,
@@ -495,8 +556,13 @@ impl Decider {
             return;
         };
         let transition = if ok { "opened" } else { "action_failed" };
-        let e = self.event(&b, transition, &summarize(&trip.outcomes), trip.pending_for);
-        out.push(Command::Notify(e));
+        // A failure that repeats (a full state disk, a refused subtree) is announced once, not
+        // at every retry; the count in `nodeguard_actions_total` still moves.
+        let again = !ok && !self.quiet.insert((key.1, trip.target.clone(), "failed"));
+        if !again {
+            let e = self.event(&b, transition, &summarize(&trip.outcomes), trip.pending_for);
+            out.push(Command::Notify(e));
+        }
         // Nothing done: no breaker, the rule is re-checked after the cool-down.
         if ok {
             self.breakers.insert(key.clone(), b);
@@ -552,7 +618,14 @@ impl Decider {
             }
             return;
         };
-        let frozen = outcome == Outcome::Done && b.action == ActionKind::Freeze;
+        // Every freeze that was done is the breaker's to undo: its trip's own, and the freeze of
+        // a new or restored instance whatever the breaker's action (a kill rule freezes the next
+        // instance).
+        let froze = match ticket {
+            Ticket::Trip(_) => b.action == ActionKind::Freeze,
+            Ticket::NewInstance(_) | Ticket::Restored(_) => true,
+        };
+        let frozen = outcome == Outcome::Done && froze;
         match ticket {
             Ticket::Trip(_) => {
                 self.count(b.rule, b.action.as_str(), outcome.as_str());
@@ -617,6 +690,48 @@ impl Decider {
 
     pub fn dry_run(&self) -> bool {
         self.cfg.dry_run
+    }
+
+    /// Cgroups another hand thawed while held: the kernel says they are not held, so neither
+    /// do we. The policy is that of a hand release (the operator who thawed it meant it): the
+    /// breaker is released, its other cgroups thawed; a symptom that persists trips the rule
+    /// again after its `for`.
+    pub fn thawed_outside(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        thawed: &[ActedCgroup],
+    ) -> Vec<Command> {
+        let mut out = Vec::new();
+        let keys: Vec<Key> = self
+            .breakers
+            .iter()
+            .filter(|(_, b)| b.acted.iter().any(|c| thawed.contains(c)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &keys {
+            if let Some(mut b) = self.breakers.remove(k) {
+                b.acted.retain(|c| !thawed.contains(c));
+                undo_all(&mut b, &mut out);
+                let e = self.event(&b, "released", "thawed outside nodeguard", Duration::ZERO);
+                out.push(Command::Notify(e));
+            }
+        }
+        if !keys.is_empty() {
+            out.push(Command::Persist(self.state(now, wall)));
+        }
+        out
+    }
+
+    /// The same decider with nothing decided: for an instance that just took the state lock,
+    /// whose earlier decisions were never applied.
+    pub fn fresh(&self) -> Decider {
+        Decider::scoped(
+            self.cfg.clone(),
+            self.node.clone(),
+            self.protected_namespaces.clone(),
+            self.scopes.clone(),
+        )
     }
 }
 

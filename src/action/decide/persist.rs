@@ -71,7 +71,7 @@ impl Decider {
                 out.extend(p.acted.into_iter().map(Command::Undo));
                 continue;
             };
-            let b = Breaker {
+            let mut b = Breaker {
                 id: p.id,
                 rule,
                 action: p.action,
@@ -86,14 +86,24 @@ impl Decider {
                 probation_until: p.probation_until.map(at),
                 hold: Duration::try_from_secs_f64(p.hold_seconds).unwrap_or(Duration::ZERO),
                 trips: p.trips,
-                acted: Vec::new(),
+                acted: p.acted,
                 enforced: HashSet::new(),
                 spared_pods: p.spared_pods.into_iter().collect(),
             };
+            // Restored under today's config: narrowed out of the scopes or protected since,
+            // the breaker is released (and what it held thawed).
+            if let Some(why) = self.protected_breaker(&b) {
+                tracing::info!(rule = %p.rule, namespace = %b.id.namespace, owner = %b.id.owner, container = %b.id.container, why, "a persisted breaker is not ours to hold any more: released");
+                undo_all(&mut b, &mut out);
+                let e = self.event(&b, "released", why, Duration::ZERO);
+                out.push(Command::Notify(e));
+                continue;
+            }
+            let acted = std::mem::take(&mut b.acted);
             let due = b.state == BreakerState::Open && b.hold_until.is_none_or(|t| t > now);
             let hold = due && b.action != ActionKind::Report && !self.cfg.dry_run;
             let key = (b.id.clone(), rule);
-            for c in p.acted {
+            for c in acted {
                 if hold {
                     holds.push(Command::Hold {
                         ticket: Ticket::Restored(key.clone()),
@@ -140,6 +150,14 @@ impl Decider {
     ) -> Vec<Command> {
         let mut out = Vec::new();
         let mode_changed = cfg.dry_run != self.cfg.dry_run;
+        // Protection as the new config has it, for the breakers that stay.
+        let next = Decider::scoped(
+            cfg.clone(),
+            self.node.clone(),
+            protected_namespaces.clone(),
+            self.scopes.clone(),
+        );
+        let protected_now = |b: &Breaker| next.protected_breaker(b).is_some();
         // Old index -> new index, for the rules whose whole definition is unchanged.
         let same: HashMap<usize, usize> = self
             .cfg
@@ -156,7 +174,7 @@ impl Decider {
                 Some(i) if cfg.rules[i].action != b.action => {
                     Some("rule's action changed by a config reload")
                 }
-                Some(_) => None,
+                Some(_) => protected_now(&b).then_some("protected by a config reload"),
             };
             match (to, why) {
                 (Some(i), None) => {

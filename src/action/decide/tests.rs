@@ -93,7 +93,12 @@ fn the_state_is_written_before_the_hold_and_the_hold_hits_the_pinned_inode() {
             cgroups: vec![aaa(42)],
         }],
     );
-    let cmds = d.decide(t0 + M, wall + M, &s, &[]);
+    // Another instance is at the pinned path now: the hold must hit the pinned inode (the
+    // enforcer refuses any other). The same instance would be held wherever it is
+    // (`a_unit_restarted_in_place_is_held`).
+    let mut other = s.clone();
+    other.workloads[0].container_id = Some("bbb".into());
+    let cmds = d.decide(t0 + M, wall + M, &other, &[]);
     assert_eq!(names(&cmds), vec!["persist", "hold", "unpin"]);
     let Command::Persist(file) = &cmds[0] else {
         unreachable!()
@@ -254,4 +259,31 @@ fn a_reload_into_dry_run_thaws_for_real_and_keeps_the_breaker() {
     let cmds = d.reconfigure(now, wall, guard_cfg(yaml), vec![]);
     assert_eq!(names(&cmds), vec!["notify", "persist"]);
     assert!(d.status(now, wall).breakers.is_empty());
+}
+
+#[test]
+fn a_unit_restarted_in_place_is_held() {
+    let mut d = decider(false);
+    let (t0, wall) = (Instant::now(), SystemTime::now());
+    let s = flood(1900);
+    let cmds = d.decide(t0, wall, &s, &[]);
+    let Command::Pin { pin, .. } = &cmds[0] else {
+        unreachable!()
+    };
+    d.settle(
+        t0,
+        wall,
+        vec![Report::Pinned {
+            pin: pin.clone(),
+            cgroups: vec![aaa(42)],
+        }],
+    );
+    // Same instance id at the same path: the same workload, whatever its inode now.
+    let cmds = d.decide(t0 + M, wall + M, &s, &[]);
+    let Some(Command::Hold { ino, rel, .. }) =
+        cmds.iter().find(|c| matches!(c, Command::Hold { .. }))
+    else {
+        panic!("{cmds:?}")
+    };
+    assert_eq!((rel.as_str(), *ino), ("/kubepods/aaa", None));
 }

@@ -166,4 +166,40 @@ pub const FAMILIES: &[Family<Published>] = &[
         section: S,
     }
     .with_rows(|s, out| node(s, out, |g| g.thaws_pending)),
+    Meta {
+        name: "guard_state_owner",
+        ty: Gauge,
+        unit: None,
+        help: "1 while this instance holds the state lock; at 0 it never writes, freezes, thaws or notifies (another agent owns the state, or its directory is unusable: see /api/state guard.not_owner).",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| node(s, out, |g| g.not_owner.is_none())),
+    Meta {
+        name: "guard_held_cgroups",
+        ty: Gauge,
+        unit: None,
+        help: "Cgroups frozen by this agent, as the kernel confirmed at the last tick.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| node(s, out, |g| g.held_cgroups)),
+    Meta {
+        name: "guard_foreign_thaws",
+        ty: Counter,
+        unit: None,
+        help: "Held cgroups found thawed by another hand; each releases its breaker.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| node(s, out, |g| g.foreign_thaws_total)),
+    Meta {
+        name: "guard_unclaimed_thaws",
+        ty: Counter,
+        unit: None,
+        help: "Frozen cgroups that no breaker claimed any more, thawed by the agent (a safety net: should stay 0).",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| node(s, out, |g| g.unclaimed_thaws_total)),
 ];
