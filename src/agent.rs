@@ -338,6 +338,11 @@ impl Agent {
         Published { observed, guard }
     }
 
+    /// The fail-open thaw that does not need the agent (for a SIGTERM during a stuck tick).
+    pub fn fail_open(&self) -> crate::action::enforce::FailOpen {
+        self.guard.fail_open()
+    }
+
     /// Fail open: thaw whatever the guard froze (holds are kept in the state file).
     pub fn shutdown(&mut self) {
         self.guard.shutdown();
@@ -467,17 +472,55 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
     let mut term = unix_signal(UnixSignal::terminate())?;
     let mut int = unix_signal(UnixSignal::interrupt())?;
     let mut hup = unix_signal(UnixSignal::hangup())?;
-    loop {
-        let mut trigger = None;
+    // The agent is either home, or out in the one blocking job (a tick or a reload) that has
+    // it. The loop never awaits a job without also listening for SIGTERM: a job that hangs
+    // must not keep the holds it made past the agent's end.
+    let fail_open = agent.fail_open();
+    let mut grace = shutdown_grace(agent.config());
+    let mut home = Some(agent);
+    let mut job: Option<tokio::task::JoinHandle<(Agent, Option<Published>)>> = None;
+    let mut trigger: Option<&'static str> = None;
+    let stop = loop {
         tokio::select! {
-            _ = ticker.tick() => {
-                // Kernel reads block: run them off the async runtime, one tick at a time.
-                let (a, snap) = tokio::task::spawn_blocking(move || {
-                    let snap = agent.tick();
-                    (agent, snap)
-                }).await?;
-                agent = a;
-                *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
+            _ = ticker.tick(), if job.is_none() => {
+                if let Some(mut a) = home.take() {
+                    // Kernel reads block: off the async runtime, one tick at a time.
+                    job = Some(tokio::task::spawn_blocking(move || {
+                        let snap = a.tick();
+                        (a, Some(snap))
+                    }));
+                }
+            }
+            done = async {
+                match job.as_mut() {
+                    Some(j) => j.await,
+                    None => std::future::pending().await,
+                }
+            }, if job.is_some() => {
+                job = None;
+                let (a, snap) = done?;
+                match snap {
+                    Some(snap) => *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap),
+                    None => {
+                        // Shown at once (not at the next tick): the config in force and the
+                        // guard's mode.
+                        let last = metrics::latest(&shared);
+                        let republished = Published {
+                            observed: Snapshot {
+                                config: a.config_status().clone(),
+                                ..last.observed.clone()
+                            },
+                            guard: last.guard.as_ref().map(|_| a.guard_status()),
+                        };
+                        *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(republished);
+                        if a.config().interval != interval {
+                            interval = a.config().interval;
+                            ticker = ticker_every(interval);
+                        }
+                        grace = shutdown_grace(a.config());
+                    }
+                }
+                home = Some(a);
             }
             _ = hup.recv() => trigger = Some("sighup"),
             _ = poll.tick(), if watch.is_some() => {
@@ -487,39 +530,59 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
                     trigger = Some("file_changed");
                 }
             }
-            _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
-            _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = term.recv() => break "SIGTERM",
+            _ = int.recv() => break "SIGINT",
         }
-        let (Some(trigger), Some(path)) = (trigger, file.clone()) else {
-            if trigger.is_some() {
+        // A reload waits for the agent to be home: between two ticks.
+        if trigger.is_some() && home.is_some() {
+            let t = trigger.take().unwrap_or("sighup");
+            let Some(path) = file.clone() else {
                 tracing::info!("SIGHUP: running on the embedded defaults, nothing to reload");
+                continue;
+            };
+            let overrides = source.overrides.clone();
+            if let Some(mut a) = home.take() {
+                // Reading the file and undoing holds block: off the runtime.
+                job = Some(tokio::task::spawn_blocking(move || {
+                    reload_from(&mut a, &path, &overrides, t);
+                    (a, None)
+                }));
             }
-            continue;
-        };
-        // Reading the file and undoing holds block: off the runtime, between two ticks.
-        let overrides = source.overrides.clone();
-        agent = tokio::task::spawn_blocking(move || {
-            reload_from(&mut agent, &path, &overrides, trigger);
-            agent
-        })
-        .await?;
-        // Shown at once (not at the next tick): the config in force and the guard's mode.
-        let last = metrics::latest(&shared);
-        let republished = Published {
-            observed: Snapshot {
-                config: agent.config_status().clone(),
-                ..last.observed.clone()
-            },
-            guard: last.guard.as_ref().map(|_| agent.guard_status()),
-        };
-        *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(republished);
-        if agent.config().interval != interval {
-            interval = agent.config().interval;
-            ticker = ticker_every(interval);
         }
-    }
+    };
+    tracing::info!(signal = stop, "stopping: thawing what this agent holds");
+    let agent = match (home, job) {
+        (Some(a), _) => a,
+        (None, Some(mut j)) => {
+            // A job in progress may be in a freeze's own wait: give it that long, no longer.
+            match tokio::time::timeout(grace, &mut j).await {
+                Ok(done) => done?.0,
+                Err(_) => {
+                    let thawed = tokio::task::spawn_blocking(move || fail_open.thaw_all()).await?;
+                    tracing::error!(
+                        ?grace,
+                        thawed,
+                        "a tick is stuck: thawed what this agent holds without it; exiting"
+                    );
+                    return Err(anyhow::anyhow!(
+                        "stopped with a tick stuck; held cgroups thawed"
+                    ));
+                }
+            }
+        }
+        (None, None) => return Err(anyhow::anyhow!("the agent was lost")),
+    };
+    let mut agent = agent;
     tokio::task::spawn_blocking(move || agent.shutdown()).await?;
+    tracing::info!("stopped");
     Ok(())
+}
+
+/// How long SIGTERM waits for a tick in progress before thawing without it: a freeze's own wait
+/// (`guard.freeze_timeout`) and a little more, but well inside the kubelet's default 30 s
+/// termination grace, which ends in SIGKILL.
+fn shutdown_grace(config: &Config) -> Duration {
+    (config.guard.freeze_timeout + Duration::from_secs(2)).min(Duration::from_secs(20))
 }
 
 /// A slow tick delays the next one instead of stacking up behind it.

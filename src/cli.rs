@@ -169,7 +169,13 @@ pub fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("cannot write the release request: {e}");
+                    let dir = crate::action::state::release_dir(&c.guard.state_file);
+                    eprintln!(
+                        "cannot write the release request into {}: {e}; nothing was released. \
+                         The agent reads releases from that directory only. Free it (or stop the \
+                         agent: on SIGTERM it thaws everything it holds).",
+                        dir.display()
+                    );
                     ExitCode::FAILURE
                 }
             }
@@ -203,7 +209,10 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match rt.block_on(crate::agent::run(config, source)) {
+            let result = rt.block_on(crate::agent::run(config, source));
+            // A stuck tick's thread must not keep the process alive after the fail-open thaw.
+            rt.shutdown_timeout(std::time::Duration::from_secs(1));
+            match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %format!("{e:#}"), "nodeguard stopped");

@@ -503,6 +503,21 @@ impl Enforcer {
         self.quarantined.as_deref()
     }
 
+    /// Why no hold can be applied now: no state lock, or a state file that still cannot be
+    /// written (tried again here, once per tick, so that room made on the disk is seen).
+    pub fn unable(&mut self) -> Option<String> {
+        if let Err(why) = &self.hand {
+            return Some(why.to_string());
+        }
+        if !self.durable && !self.write_state() {
+            return Some(format!(
+                "the state file {} cannot be written: no hold without a durable record",
+                self.state_file.display()
+            ));
+        }
+        None
+    }
+
     /// Thaws that failed and are being retried.
     pub fn thaws_pending(&self) -> usize {
         self.unthawed.len()

@@ -118,6 +118,7 @@ impl Guard {
         } else {
             Vec::new()
         };
+        self.decider.set_unable(self.enforcer.unable());
         commands.extend(self.decider.decide(now, wall, snap, &releases));
         let reports = self.enforcer.run(commands);
         let settled = self.decider.settle(now, wall, reports);

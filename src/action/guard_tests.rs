@@ -711,7 +711,57 @@ fn no_hold_without_a_durable_record() {
         st.actions,
         vec![("log-flood".to_string(), "freeze", "failed", 1)]
     );
-    assert!(st.state_write_failures_total >= 2);
+    assert!(
+        st.not_owner
+            .as_deref()
+            .is_some_and(|w| w.contains("cannot take the state lock")),
+        "{st:?}"
+    );
+
+    // The lock is ours but the state file cannot be written (a directory in its place): tried
+    // again at every tick, the rule is not tripped (nor paced) until it can be.
+    let mut r = rig("");
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    r.step(&s);
+    let path = r.dir.path().join("state.json");
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir_all(path.join("x")).unwrap();
+    let st = r.at(M, &s);
+    assert!(r.rec.calls().is_empty(), "{:?} {st:?}", r.rec.calls());
+    assert!(!st.state_durable && st.not_owner.is_none());
+    assert_eq!(
+        st.actions,
+        vec![("log-flood".to_string(), "freeze", "failed", 1)]
+    );
+    let failures = st.state_write_failures_total;
+    let st = r.at(S, &s);
+    assert_eq!(
+        st.state_write_failures_total,
+        failures + 1,
+        "one retry per tick"
+    );
+    // The attempt that found the disk full counted; the ticks after it spend nothing.
+    assert_eq!(
+        st.pacing.actions_last_10m, 1,
+        "no pacing spent while unable"
+    );
+    // One more failure counted: the rule still holds and the guard cannot act (said once).
+    for _ in 0..3 {
+        let st = r.at(S, &s);
+        assert_eq!(st.pacing.actions_last_10m, 1);
+        assert_eq!(
+            st.actions,
+            vec![("log-flood".to_string(), "freeze", "failed", 2)]
+        );
+    }
+    // Room again: the next tick writes and acts.
+    std::fs::remove_dir_all(r.dir.path().join("state.json")).unwrap();
+    let st = r.at(30 * S, &s);
+    assert!(st.state_durable);
+    assert_eq!(
+        r.rec.calls(),
+        vec![format!("freeze /kubepods/pod-{BACKEND}/aaa")]
+    );
 }
 
 #[test]

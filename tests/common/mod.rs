@@ -69,6 +69,9 @@ pub struct TestNode {
     /// Network namespaces and links (`net.rs`), released after every process is stopped,
     /// newest first.
     guards: Vec<std::rc::Rc<dyn std::any::Any>>,
+    /// The agent is pointed at the v2 tree alone (`paths.cgroup: <unified>`), so it uses v2's
+    /// `cgroup.freeze` even on a hybrid host (`on_unified`).
+    unified_only: bool,
 }
 
 /// True where a real-kernel test must run: as root, or with `CI` set (CI is root; a CI job that
@@ -126,6 +129,7 @@ pub fn node() -> Option<TestNode> {
         created_raw: Vec::new(),
         procs: Vec::new(),
         guards: Vec::new(),
+        unified_only: false,
     };
     std::fs::create_dir_all(n.pod_logs()).expect("pod log dir");
     std::fs::create_dir_all(n.container_logs()).expect("container log dir");
@@ -151,6 +155,23 @@ impl TestNode {
         }
     }
 
+    /// Points the agent (and `freezer_state`, `procs`, `thaw`) at the v2 tree alone: on a hybrid
+    /// host the guard then freezes with v2's `cgroup.freeze`, as on a pure v2 node. Call before
+    /// any process is frozen (the two freezers interfere; KERNEL-TRAPS). False where there is
+    /// no v2 tree.
+    pub fn on_unified(&mut self) -> bool {
+        self.unified_only = self.layout.unified().is_some();
+        self.unified_only
+    }
+
+    /// Which freezer the agent of this node uses: `"v1"` or `"v2"`.
+    pub fn freezer_kind(&self) -> &'static str {
+        match self.freezer() {
+            Some((_, true)) => "v1",
+            _ => "v2",
+        }
+    }
+
     /// The agent's configuration for this node: real /proc and cgroups, scoped to our parent.
     pub fn config(&self, extra: &str) -> Config {
         Config::from_yaml(&self.config_yaml(extra)).expect("test config")
@@ -158,8 +179,12 @@ impl TestNode {
 
     /// The YAML behind `config` (for a config file the real binary reads).
     pub fn config_yaml(&self, extra: &str) -> String {
+        let root = match (self.unified_only, self.layout.unified()) {
+            (true, Some(u)) => u.display().to_string(),
+            _ => CGROUP_ROOT.to_owned(),
+        };
         let yaml = format!(
-            "listen: 127.0.0.1:0\ninterval: 1s\npaths:\n  proc: /proc\n  cgroup: {CGROUP_ROOT}\n  pod_logs: {}\n  container_logs: {}\ndiscovery:\n  scopes: [\"{}\"]\n{extra}",
+            "listen: 127.0.0.1:0\ninterval: 1s\npaths:\n  proc: /proc\n  cgroup: {root}\n  pod_logs: {}\n  container_logs: {}\ndiscovery:\n  scopes: [\"{}\"]\n{extra}",
             self.pod_logs().display(),
             self.container_logs().display(),
             self.rel(""),
@@ -514,6 +539,9 @@ impl TestNode {
     /// The freezer the guard uses on this host (`Freezer::detect`): the v1 hierarchy when it is
     /// mounted, else the unified one. `(root, is_v1)`.
     fn freezer(&self) -> Option<(PathBuf, bool)> {
+        if self.unified_only {
+            return self.layout.unified().map(|u| (u.to_path_buf(), false));
+        }
         if let Some(root) = self.layout.v1_controller("freezer") {
             return Some((root, true));
         }

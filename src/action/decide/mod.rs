@@ -115,6 +115,9 @@ pub struct Decider {
     scopes: Vec<String>,
     /// The instance (container id) each pinned cgroup had when pinned, by path.
     pin_instances: HashMap<Pin, HashMap<String, String>>,
+    /// Why no hold can be applied now (no state lock, no durable record): rules that would act
+    /// are not tripped (nor paced) while it lasts.
+    unable: Option<String>,
 }
 
 /// `now + d`, saturating far in the future instead of overflowing (config bounds every duration;
@@ -157,6 +160,7 @@ impl Decider {
         Decider {
             scopes,
             pin_instances: HashMap::new(),
+            unable: None,
             engine: RuleEngine::new(cfg.rules.clone()),
             throttle: Throttle::new(cfg.cooldown, cfg.max_actions_per_10m),
             cfg,
@@ -448,6 +452,20 @@ impl Decider {
                 continue;
             }
             let rule = self.cfg.rules[f.rule].clone();
+            let writes = rule.action != ActionKind::Report && !self.cfg.dry_run;
+            if let (true, Some(why)) = (writes, &self.unable) {
+                // Said and counted once per target while it lasts, never per tick; the pacing
+                // is kept for when the guard can act again.
+                if self.quiet.insert((f.rule, f.target.clone(), "unable")) {
+                    tracing::warn!(rule = %rule.name, target = %f.target, why, "rule holds but the guard cannot act");
+                    self.count(
+                        f.rule,
+                        rule.action.as_str(),
+                        Outcome::Failed(String::new()).as_str(),
+                    );
+                }
+                continue;
+            }
             if rule.action != ActionKind::Report {
                 if let Err(why) = self.throttle.check(now) {
                     if self.quiet.insert((f.rule, f.target.clone(), "deferred")) {
@@ -457,8 +475,10 @@ impl Decider {
                 }
                 self.throttle.record(now);
             }
+            // Acting again: a later protection or deferral is news. A failure stays quiet
+            // until an action succeeds (`finish_trip`).
             self.quiet
-                .retain(|(r, t, _)| !(*r == f.rule && *t == f.target));
+                .retain(|(r, t, why)| !(*r == f.rule && *t == f.target && *why != "failed"));
             let hold = next_hold(rule.hold, previous, self.cfg.max_hold);
             let signal = match &rule.condition {
                 Condition::Threshold { signal, .. } => format!("{signal:?}"),
@@ -558,7 +578,13 @@ impl Decider {
         let transition = if ok { "opened" } else { "action_failed" };
         // A failure that repeats (a full state disk, a refused subtree) is announced once, not
         // at every retry; the count in `nodeguard_actions_total` still moves.
-        let again = !ok && !self.quiet.insert((key.1, trip.target.clone(), "failed"));
+        let failed = (key.1, trip.target.clone(), "failed");
+        let again = if ok {
+            self.quiet.remove(&failed);
+            false
+        } else {
+            !self.quiet.insert(failed)
+        };
         if !again {
             let e = self.event(&b, transition, &summarize(&trip.outcomes), trip.pending_for);
             out.push(Command::Notify(e));
@@ -679,6 +705,9 @@ impl Decider {
             for k in keys {
                 if let Some(mut b) = self.breakers.remove(&k) {
                     undo_all(&mut b, out);
+                    // Released means released: the rule must hold for its full `for` again.
+                    let id = b.id.clone();
+                    self.engine.reset_matching(b.rule, |t| covers(&id, t));
                     let e = self.event(&b, "released", "thawed by hand", Duration::ZERO);
                     out.push(Command::Notify(e));
                     changed = true;
@@ -690,6 +719,14 @@ impl Decider {
 
     pub fn dry_run(&self) -> bool {
         self.cfg.dry_run
+    }
+
+    /// Why the enforcer cannot apply a hold now, if it cannot.
+    pub fn set_unable(&mut self, why: Option<String>) {
+        if why.is_none() {
+            self.quiet.retain(|(_, _, k)| *k != "unable");
+        }
+        self.unable = why;
     }
 
     /// Cgroups another hand thawed while held: the kernel says they are not held, so neither
@@ -713,6 +750,8 @@ impl Decider {
             if let Some(mut b) = self.breakers.remove(k) {
                 b.acted.retain(|c| !thawed.contains(c));
                 undo_all(&mut b, &mut out);
+                let id = b.id.clone();
+                self.engine.reset_matching(b.rule, |t| covers(&id, t));
                 let e = self.event(&b, "released", "thawed outside nodeguard", Duration::ZERO);
                 out.push(Command::Notify(e));
             }
