@@ -606,7 +606,10 @@ fn kill_empties_the_cgroup_and_holds_the_same_instance_recreated_at_its_path() {
     let mut held: Vec<&str> = g.breakers.iter().map(|b| b.container.as_str()).collect();
     held.sort();
     assert_eq!(held, vec!["crawler", "indexer"]);
-    assert!(n.procs(&indexer).is_empty(), "the recreated instance was killed");
+    assert!(
+        n.procs(&indexer).is_empty(),
+        "the recreated instance was killed"
+    );
     assert_eq!(n.freezer_state(&indexer), "THAWED");
     eprintln!(
         "recreated in place: the rule fired at tick {k}, {} ms after it started pending; the \

@@ -110,6 +110,7 @@ pub struct Guard {
     pub dry_run: bool,
     pub state_durable: bool,
     pub thaws_pending: usize,
+    pub not_owner: Option<String>,
     pub breakers: Vec<Breaker>,
     pub pending: Vec<Pending>,
     pub rules: Vec<Rule>,
@@ -285,6 +286,8 @@ pub struct View {
     pub features_off: Vec<Feature>,
     pub state_durable: Option<bool>,
     pub thaws_pending: usize,
+    /// Why this agent does not own the breaker state, if it does not.
+    pub not_owner: Option<String>,
     pub node_line: NodeLine,
     pub workloads: Vec<Row>,
     /// Rows before `--top` and `-n`.
@@ -469,6 +472,7 @@ impl View {
                 .collect(),
             state_durable: s.guard.as_ref().map(|g| g.state_durable),
             thaws_pending: s.guard.as_ref().map_or(0, |g| g.thaws_pending),
+            not_owner: s.guard.as_ref().and_then(|g| g.not_owner.clone()),
             node_line: NodeLine {
                 conntrack_entries: ct.map(|c| c.entries),
                 conntrack_limit: ct.map(|c| c.limit),

@@ -317,7 +317,16 @@ pub fn text(v: &View, style: Style) -> String {
             .collect();
         let _ = writeln!(o, "features off: {}", f.join("; "));
     }
-    if v.state_durable == Some(false) {
+    if let Some(why) = &v.not_owner {
+        let _ = writeln!(
+            o,
+            "{}",
+            p.red(&format!(
+                "guard: NOT the owner, acts on nothing: {}",
+                escape(why)
+            ))
+        );
+    } else if v.state_durable == Some(false) {
         let _ = writeln!(
             o,
             "{}",

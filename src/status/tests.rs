@@ -144,3 +144,16 @@ fn the_plain_screen_marks_with_a_star() {
         "{screen}"
     );
 }
+
+#[test]
+fn an_agent_that_does_not_own_the_state_says_so() {
+    let mut s = state();
+    s.guard.as_mut().unwrap().not_owner =
+        Some("the state directory is owned by another nodeguard (pid 7, lock /x.lock)".into());
+    let v = View::build(&s, 1002.0, &Options::default());
+    let out = text(&v, Style::default());
+    assert!(
+        out.contains("guard: NOT the owner, acts on nothing: the state directory is owned by another nodeguard (pid 7"),
+        "{out}"
+    );
+}

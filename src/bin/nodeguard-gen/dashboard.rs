@@ -187,11 +187,15 @@ fn rows() -> Vec<Row> {
                     .desc("Since the agent started, by rule, action and outcome (dry_run: decided, not done).")
                     .q("sum by (node, rule, action, outcome) (nodeguard_actions_total{@N})", "{{node}} {{rule}} {{action}} {{outcome}}"),
                 panel("Guard state", Stat, "none", 8)
-                    .desc("State file durable (1), failed writes, quarantined at start, thaws pending.")
+                    .desc("Owner of the state (1; 0: another agent holds its lock, the guard acts on nothing), state file durable (1), failed writes, quarantined at start, thaws pending, cgroups held as the kernel confirms, held cgroups thawed by another hand, frozen cgroups no breaker claimed (should stay 0).")
+                    .q("min by (node) (nodeguard_guard_state_owner{@N})", "owner {{node}}")
                     .q("min by (node) (nodeguard_guard_state_durable{@N})", "durable {{node}}")
                     .q("sum by (node) (nodeguard_guard_state_write_failures_total{@N})", "write failures {{node}}")
                     .q("max by (node) (nodeguard_guard_state_quarantined{@N})", "quarantined {{node}}")
-                    .q("sum by (node) (nodeguard_guard_thaws_pending{@N})", "thaws pending {{node}}"),
+                    .q("sum by (node) (nodeguard_guard_thaws_pending{@N})", "thaws pending {{node}}")
+                    .q("sum by (node) (nodeguard_guard_held_cgroups{@N})", "held {{node}}")
+                    .q("sum by (node) (nodeguard_guard_foreign_thaws_total{@N})", "foreign thaws {{node}}")
+                    .q("sum by (node) (nodeguard_guard_unclaimed_thaws_total{@N})", "unclaimed thaws {{node}}"),
             ],
         },
         Row {
