@@ -61,7 +61,7 @@ pub fn effective(running: &Config, new: Config) -> Config {
 /// whole, `(file)` when it could not be read).
 pub fn failed_fields(e: &LoadError) -> String {
     match e {
-        LoadError::Io { .. } => "(file)".to_owned(),
+        LoadError::File(_) => "(file)".to_owned(),
         LoadError::Invalid { errors, .. } => {
             let mut paths: Vec<&str> = errors.0.iter().map(|f| f.path.as_str()).collect();
             paths.dedup();

@@ -561,31 +561,24 @@ fn check_http(h: &Http, b: &mut Bounds) {
 /// Largest `samplers.logs.max_bytes_per_tick` (a read budget, not a buffer): 16 GiB.
 pub const MAX_LOG_BYTES_PER_TICK: u64 = 16 << 30;
 
-/// The text of a config file, at most one byte over [`limits::MAX_FILE_BYTES`] (enough for
-/// `from_yaml` to refuse it).
+/// The text of a config file: a regular file (symlinks followed, as a ConfigMap mounts it) of
+/// at most [`limits::MAX_FILE_BYTES`]; a FIFO or device in its place is refused at once, never
+/// opened blocking ([`crate::fsio::read_regular_text`]).
 fn read_text(path: &Path) -> Result<String, LoadError> {
-    use std::io::Read;
-    let io = |source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let mut text = String::new();
-    file.take(limits::MAX_FILE_BYTES as u64 + 1)
-        .read_to_string(&mut text)
-        .map_err(io)?;
-    Ok(text)
+    use crate::fsio::{read_regular_text, Reader};
+    Ok(read_regular_text(
+        path,
+        limits::MAX_FILE_BYTES as u64,
+        Reader::Config,
+    )?)
 }
 
 /// Why a config file could not be loaded; both name the file.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot read {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Not read: missing, unreadable, not a regular file, too large or not UTF-8.
+    #[error(transparent)]
+    File(#[from] crate::fsio::RegularFileError),
     #[error("{}: {errors}", path.display())]
     Invalid { path: PathBuf, errors: ConfigErrors },
 }
@@ -856,6 +849,41 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("cannot read"), "{e}");
+    }
+
+    /// A FIFO put in place of the config file (behind the ConfigMap's symlink) is refused at
+    /// once, not opened blocking: a reload is rejected with a clear error and the tick goes on.
+    #[test]
+    fn a_fifo_config_is_rejected_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.yaml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let link = dir.path().join("nodeguard.yaml");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = link.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(Config::load_file_with(&path, &[]).map(drop));
+        });
+        let e = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("loading a FIFO config blocked")
+            .unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                LoadError::File(crate::fsio::RegularFileError::NotRegular {
+                    kind: crate::fsio::NotRegular::Fifo,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("cannot read {}: not a regular file (fifo)", link.display())
+        );
+        assert_eq!(live::failed_fields(&e), "(file)");
     }
 
     #[test]

@@ -262,6 +262,7 @@ impl Samplers {
             log_files_skipped_symlink: l.map_or(0, |l| l.skipped_symlink),
             log_files_skipped_not_regular: l.map_or(0, |l| l.skipped_not_regular),
             log_files_skipped_cap: l.map_or(0, |l| l.skipped_cap),
+            files_not_regular_total: crate::fsio::Reader::ALL.map(crate::fsio::not_regular_total),
             memory_files_open: m.map(|m| m.held_files),
             memory_files_unheld: m.map_or(0, |m| m.unheld_reads),
             pids_files_open: p.map(|p| p.held_files),
