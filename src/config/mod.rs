@@ -9,7 +9,7 @@ pub mod live;
 pub mod overrides;
 
 use bounds::{Bounds, MAX_DURATION};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -37,7 +37,7 @@ impl fmt::Display for ConfigErrors {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Paths {
     pub proc: PathBuf,
@@ -60,7 +60,7 @@ impl Default for Paths {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Discovery {
     pub scopes: Vec<String>,
@@ -76,7 +76,7 @@ impl Default for Discovery {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Toggle {
     pub enabled: bool,
@@ -88,7 +88,7 @@ impl Default for Toggle {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogsSampler {
     pub enabled: bool,
@@ -123,7 +123,7 @@ pub const MAX_FULL_WALK_EVERY: u64 = 17_280;
 /// Largest `samplers.logs.max_open_files`; the agent lowers it further to a quarter of its fd limit (`fsio::FdHolder`).
 pub const MAX_LOG_OPEN_FILES: usize = 1 << 20;
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SocketsSampler {
     pub enabled: bool,
@@ -145,7 +145,7 @@ impl Default for SocketsSampler {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConntrackSampler {
     pub enabled: bool,
@@ -172,7 +172,7 @@ impl Default for ConntrackSampler {
 
 /// Ephemeral ports per pod netns (needs the conntrack sampler's pod pass, and CAP_SYS_ADMIN to
 /// read each namespace's port range).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PortsSampler {
     pub enabled: bool,
@@ -191,7 +191,7 @@ impl Default for PortsSampler {
 }
 
 /// OOM kills from the kernel log (`paths.kmsg`): needs CAP_SYSLOG, else it reports itself off.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct KmsgSampler {
     pub enabled: bool,
@@ -213,7 +213,7 @@ impl Default for KmsgSampler {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Samplers {
     pub memory: Toggle,
@@ -227,7 +227,7 @@ pub struct Samplers {
 
 /// Bounds of the HTTP server: no number of peers, idle or slow, can hold more than
 /// `max_connections` descriptors, nor any of them for long.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Http {
     /// Connections served at once; beyond it a new connection is accepted and closed at once.
@@ -279,8 +279,9 @@ impl Environment {
     }
 }
 
-/// The validated configuration.
-#[derive(Debug, Clone, PartialEq)]
+/// The validated configuration. Serialized only to compare two of them key by key
+/// ([`live::restart_only_changes`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
     pub listen: SocketAddr,
     pub http: Http,
@@ -291,7 +292,8 @@ pub struct Config {
     pub discovery: Discovery,
     pub samplers: Samplers,
     pub guard: guard::GuardConfig,
-    /// Empty from a file; set at start by `agent::run`.
+    /// Empty from a file; set at start by `agent::run`, kept by a reload.
+    #[serde(skip)]
     pub environment: Environment,
 }
 
