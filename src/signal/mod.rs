@@ -114,6 +114,16 @@ impl Tracker {
         self
     }
 
+    /// A new time-to-full window after a reload of `interval`: for every identity's estimator
+    /// and the ones made later (at a longer interval the start-up window holds too few samples
+    /// to project anything).
+    pub fn set_full_window(&mut self, window: Duration) {
+        self.full_window = window;
+        for st in self.identities.values_mut() {
+            st.memory_trend.set_window(window);
+        }
+    }
+
     pub fn update(
         &mut self,
         now: Instant,
@@ -473,6 +483,12 @@ impl NodeTrends {
             conntrack: FullEstimator::new(window),
             pids: FullEstimator::new(window),
         }
+    }
+
+    /// A new window after a reload of `interval` (see [`Tracker::set_full_window`]).
+    pub fn set_window(&mut self, window: Duration) {
+        self.conntrack.set_window(window);
+        self.pids.set_window(window);
     }
 
     /// `(conntrack, pids)` seconds to full; a value that could not be read adds no sample.
