@@ -71,8 +71,9 @@ pub struct WorkloadSample {
     pub procs: Option<ProcSummary>,
     /// Its pids controller; `Absent` also while the pids reader is off.
     pub pids_controller: Reading<PidsSample>,
-    /// Its sockets; `None` while the socket sampler is off (or the pass attributed it none).
-    pub sockets: Option<SocketCounts>,
+    /// Its sockets; `Absent` while the socket sampler is off, `Failed` when one of its pids'
+    /// fd tables could not be read (a partial count would look like sockets closing).
+    pub sockets: Reading<SocketCounts>,
 }
 
 impl WorkloadSample {
@@ -84,7 +85,7 @@ impl WorkloadSample {
             pids: Vec::new(),
             procs: None,
             pids_controller: Reading::Absent,
-            sockets: None,
+            sockets: Reading::Absent,
         }
     }
 }

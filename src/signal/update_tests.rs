@@ -452,3 +452,43 @@ fn the_time_to_full_windows_follow_a_reloaded_interval() {
     assert!(memory.is_some_and(|s| s > 0.0), "{memory:?}");
     assert!(node.is_some_and(|s| s > 0.0), "{node:?}");
 }
+
+/// A failed socket read (a pid's fd table) keeps the last good count, stale: a rule's `for` timer
+/// neither restarts on a short count nor advances on it. Readable again: fresh.
+#[test]
+fn a_failed_socket_read_keeps_the_last_count_stale() {
+    use crate::model::SocketCounts;
+    let clock = ManualClock::default();
+    let mut tr = Tracker::new();
+    let app = |sockets| {
+        let mut t = tick(vec![(container("app", "aaaa"), Reading::Read(mem(1, 0)))]);
+        t.workloads[0].sockets = sockets;
+        t
+    };
+    let counts = |tcp| SocketCounts {
+        tcp,
+        udp: 1,
+        ..SocketCounts::default()
+    };
+    let steps = [
+        (Reading::Read(counts(10)), Some((10, false))),
+        (Reading::Failed, Some((10, true))),
+        (Reading::Failed, Some((10, true))),
+        (Reading::Read(counts(12)), Some((12, false))),
+        // The socket sampler off: no value, not a stale one.
+        (Reading::Absent, None),
+    ];
+    for (k, (read, want)) in steps.into_iter().enumerate() {
+        let (out, _) = tr.update(clock.now(), &app(read));
+        let got = find(&out, "app")
+            .sockets
+            .as_ref()
+            .map(|s| (s.value.tcp, s.stale));
+        assert_eq!(got, want, "tick {k}");
+        clock.advance(TICK);
+    }
+    // Never read yet: a failure has nothing to keep.
+    let mut fresh = Tracker::new();
+    let (out, _) = fresh.update(clock.now(), &app(Reading::Failed));
+    assert_eq!(find(&out, "app").sockets, None);
+}
