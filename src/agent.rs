@@ -269,6 +269,12 @@ impl Agent {
                 self.config.environment.pod_namespace.clone(),
             );
         }
+        if effective.interval != self.config.interval {
+            // The trend windows were sized for the start-up interval.
+            let window = full::window_for(effective.interval);
+            self.tracker.set_full_window(window);
+            self.trends.set_window(window);
+        }
         let previous = std::mem::replace(&mut self.config_status.hash, hash);
         self.config = effective;
         let s = &mut self.config_status;

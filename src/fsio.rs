@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::ffi::{CStr, OsStr};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// True for errors that mean "the object went away", which is normal churn for pids and cgroups.
@@ -48,6 +48,234 @@ pub fn parse_optional<T>(
             .map(Some)
             .map_err(|e| ReadError::parse(path, e)),
         None => Ok(None),
+    }
+}
+
+// === Regular files only: a FIFO, socket or device put where a file belongs never blocks ===
+
+/// What a path that should have been a regular file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotRegular {
+    Dir,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+    Symlink,
+    Unknown,
+}
+
+impl NotRegular {
+    fn of_mode(mode: nix::libc::mode_t) -> Option<NotRegular> {
+        use nix::libc as c;
+        Some(match mode & c::S_IFMT {
+            c::S_IFREG => return None,
+            c::S_IFDIR => NotRegular::Dir,
+            c::S_IFIFO => NotRegular::Fifo,
+            c::S_IFSOCK => NotRegular::Socket,
+            c::S_IFCHR => NotRegular::CharDevice,
+            c::S_IFBLK => NotRegular::BlockDevice,
+            c::S_IFLNK => NotRegular::Symlink,
+            _ => NotRegular::Unknown,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotRegular::Dir => "directory",
+            NotRegular::Fifo => "fifo",
+            NotRegular::Socket => "socket",
+            NotRegular::CharDevice => "character device",
+            NotRegular::BlockDevice => "block device",
+            NotRegular::Symlink => "symlink",
+            NotRegular::Unknown => "unknown file type",
+        }
+    }
+}
+
+impl std::fmt::Display for NotRegular {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a file that must be a regular file could not be read; every variant names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum RegularFileError {
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot read {}: not a regular file ({kind})", path.display())]
+    NotRegular { path: PathBuf, kind: NotRegular },
+    #[error("cannot read {}: more than the {max}-byte limit", path.display())]
+    TooLarge { path: PathBuf, max: u64 },
+    #[error("cannot read {}: not UTF-8 text", path.display())]
+    NotUtf8 { path: PathBuf },
+}
+
+impl RegularFileError {
+    fn io(path: &Path, source: io::Error) -> Self {
+        RegularFileError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// The file (or its directory) does not exist: for an optional file, "none yet".
+    pub(crate) fn is_gone(&self) -> bool {
+        matches!(self, RegularFileError::Io { source, .. } if is_gone(source))
+    }
+
+    /// The path was refused for holding a symlink ([`open_regular_beneath`] only).
+    pub(crate) fn is_refused_link(&self) -> bool {
+        matches!(self, RegularFileError::Io { source, .. } if is_refused_link(source))
+    }
+}
+
+/// Who asked for a regular file: the `reader` label of
+/// `nodeguard_files_not_regular_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// The config file (`--config`, at start, at each reload, and `check-config`).
+    Config,
+    /// `<N>.log` files of the pod log tree.
+    Logs,
+    /// The guard's state file and release requests.
+    State,
+}
+
+impl Reader {
+    pub const ALL: [Reader; 3] = [Reader::Config, Reader::Logs, Reader::State];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reader::Config => "config",
+            Reader::Logs => "logs",
+            Reader::State => "state",
+        }
+    }
+}
+
+/// Opens refused for not being a regular file, by [`Reader`], since the process started. One
+/// process-wide count, so every caller is counted without wiring its own.
+static NOT_REGULAR: [std::sync::atomic::AtomicU64; 3] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 3];
+
+/// How many opens by `reader` were refused for not being a regular file.
+pub fn not_regular_total(reader: Reader) -> u64 {
+    NOT_REGULAR[reader as usize].load(Ordering::Relaxed)
+}
+
+/// Opens `path` for reading if, and only if, it is a regular file, following symlinks (a
+/// Kubernetes ConfigMap file is a chain of them): `open(O_RDONLY | O_NONBLOCK | O_CLOEXEC)`,
+/// then `fstat` on the descriptor. A FIFO, a device or a directory planted in its place is
+/// refused at once with [`RegularFileError::NotRegular`] (counted for `reader`): without
+/// `O_NONBLOCK`, `open` of a FIFO waits for a writer forever. A socket cannot be opened at all
+/// (`ENXIO`); it is reported as not regular too. `O_NONBLOCK` changes nothing for reads of a
+/// regular file. Use it for every file a user or a workload can replace.
+pub(crate) fn open_regular(path: &Path, reader: Reader) -> Result<std::fs::File, RegularFileError> {
+    let opened = nix::fcntl::open(
+        path,
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    );
+    let fd = match opened {
+        // SAFETY: a descriptor just returned by open(2), owned by nobody else.
+        Ok(fd) => unsafe { OwnedFd::from_raw_fd(fd) },
+        Err(Errno::ENXIO) => {
+            // A socket (or a device without its driver): say what it is if stat can.
+            let kind = nix::sys::stat::stat(path)
+                .ok()
+                .and_then(|st| NotRegular::of_mode(st.st_mode));
+            return Err(match kind {
+                Some(kind) => refused(path, kind, reader),
+                None => RegularFileError::io(path, Errno::ENXIO.into()),
+            });
+        }
+        Err(e) => return Err(RegularFileError::io(path, e.into())),
+    };
+    regular_only(fd, path, reader)
+}
+
+/// [`open_regular`] for `rel` below the directory `dir`, through [`open_beneath`]: no symlink
+/// is followed at any component (`is_refused_link` on the error). `shown` is the path errors name.
+pub(crate) fn open_regular_beneath(
+    dir: BorrowedFd<'_>,
+    rel: &Path,
+    shown: &Path,
+    reader: Reader,
+) -> Result<std::fs::File, RegularFileError> {
+    match open_beneath(dir, rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK) {
+        Ok(fd) => regular_only(fd, shown, reader),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ENXIO) => {
+            let kind = fstatat(Some(dir.as_raw_fd()), rel, AtFlags::AT_SYMLINK_NOFOLLOW)
+                .ok()
+                .and_then(|st| NotRegular::of_mode(st.st_mode));
+            Err(match kind {
+                Some(kind) => refused(shown, kind, reader),
+                None => RegularFileError::io(shown, e),
+            })
+        }
+        Err(e) => Err(RegularFileError::io(shown, e)),
+    }
+}
+
+/// The whole of a regular file (see [`open_regular`]), at most `max_bytes`: a larger one is
+/// [`RegularFileError::TooLarge`], found by reading one byte more, never by reading it whole
+/// (it may grow between `fstat` and the read).
+pub(crate) fn read_regular(
+    path: &Path,
+    max_bytes: u64,
+    reader: Reader,
+) -> Result<Vec<u8>, RegularFileError> {
+    let file = open_regular(path, reader)?;
+    let mut out = Vec::new();
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| RegularFileError::io(path, e))?;
+    if out.len() as u64 > max_bytes {
+        return Err(RegularFileError::TooLarge {
+            path: path.to_path_buf(),
+            max: max_bytes,
+        });
+    }
+    Ok(out)
+}
+
+/// [`read_regular`] as UTF-8 text.
+pub(crate) fn read_regular_text(
+    path: &Path,
+    max_bytes: u64,
+    reader: Reader,
+) -> Result<String, RegularFileError> {
+    String::from_utf8(read_regular(path, max_bytes, reader)?).map_err(|_| {
+        RegularFileError::NotUtf8 {
+            path: path.to_path_buf(),
+        }
+    })
+}
+
+fn regular_only(
+    fd: OwnedFd,
+    path: &Path,
+    reader: Reader,
+) -> Result<std::fs::File, RegularFileError> {
+    let st =
+        nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| RegularFileError::io(path, e.into()))?;
+    match NotRegular::of_mode(st.st_mode) {
+        None => Ok(std::fs::File::from(fd)),
+        Some(kind) => Err(refused(path, kind, reader)),
+    }
+}
+
+fn refused(path: &Path, kind: NotRegular, reader: Reader) -> RegularFileError {
+    NOT_REGULAR[reader as usize].fetch_add(1, Ordering::Relaxed);
+    RegularFileError::NotRegular {
+        path: path.to_path_buf(),
+        kind,
     }
 }
 
@@ -455,6 +683,100 @@ mod tests {
         })
         .unwrap();
         assert_eq!(kinds, vec![EntryKind::Dir]);
+    }
+
+    /// `f` on a helper thread, its answer awaited at most 10 s: a blocking open fails the test
+    /// instead of hanging it.
+    fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("blocked: a non-regular file was opened blocking")
+    }
+
+    #[test]
+    fn a_fifo_socket_device_or_directory_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
+        let sock = dir.path().join("sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        // Through a symlink, as a ConfigMap mounts its files.
+        std::os::unix::fs::symlink(&fifo, dir.path().join("link")).unwrap();
+        let before = not_regular_total(Reader::State);
+        for (name, want) in [
+            ("fifo", NotRegular::Fifo),
+            ("link", NotRegular::Fifo),
+            ("sock", NotRegular::Socket),
+            ("/dev/null", NotRegular::CharDevice),
+            (".", NotRegular::Dir),
+        ] {
+            let path = dir.path().join(name);
+            let shown = path.clone();
+            let e = within_10s(move || read_regular(&shown, 100, Reader::State)).unwrap_err();
+            assert!(
+                matches!(&e, RegularFileError::NotRegular { kind, path: p } if *kind == want && *p == path),
+                "{name}: {e:?}"
+            );
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "cannot read {}: not a regular file ({want})",
+                    path.display()
+                )
+            );
+        }
+        // Other tests count too (one process-wide counter): at least these five.
+        assert!(not_regular_total(Reader::State) >= before + 5);
+        // The same below a directory, where the FIFO's name is a log's.
+        let root = open_dir(dir.path()).unwrap();
+        let e =
+            open_regular_beneath(root.as_fd(), Path::new("fifo"), &fifo, Reader::Logs).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RegularFileError::NotRegular {
+                    kind: NotRegular::Fifo,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e =
+            open_regular_beneath(root.as_fd(), Path::new("link"), &fifo, Reader::Logs).unwrap_err();
+        assert!(e.is_refused_link(), "{e:?}");
+    }
+
+    #[test]
+    fn a_regular_file_is_read_whole_within_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, "0123456789").unwrap();
+        std::os::unix::fs::symlink(&f, dir.path().join("link")).unwrap();
+        assert_eq!(read_regular(&f, 10, Reader::Config).unwrap(), b"0123456789");
+        assert_eq!(
+            read_regular_text(&dir.path().join("link"), 10, Reader::Config).unwrap(),
+            "0123456789"
+        );
+        let e = read_regular(&f, 9, Reader::Config).unwrap_err();
+        assert!(
+            matches!(e, RegularFileError::TooLarge { max: 9, .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("9-byte limit"), "{e}");
+        let e = read_regular(&dir.path().join("none"), 9, Reader::Config).unwrap_err();
+        assert!(
+            e.is_gone() && e.to_string().starts_with("cannot read"),
+            "{e}"
+        );
+        std::fs::write(&f, b"\xff").unwrap();
+        let e = read_regular_text(&f, 9, Reader::Config).unwrap_err();
+        assert!(matches!(e, RegularFileError::NotUtf8 { .. }), "{e:?}");
+        // O_NONBLOCK does not leak into what the caller reads.
+        let file = open_regular(&dir.path().join("link"), Reader::Config).unwrap();
+        assert!(file.metadata().unwrap().is_file());
     }
 
     #[test]

@@ -50,6 +50,27 @@ fn check_config_accepts_the_shipped_example_and_names_every_bad_field() {
         .output()
         .unwrap();
     assert_eq!(missing.status.code(), Some(64));
+    // A FIFO in the file's place is refused at once (a blocking open would hang here).
+    let fifo = dir.path().join("fifo.yaml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let mut child = Command::new(BIN)
+        .arg("check-config")
+        .arg(&fifo)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("check-config blocked on a FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a regular file (fifo)"), "{err}");
     // The agent refuses to start on a bad config with the same code.
     let run = Command::new(BIN)
         .arg("--config")

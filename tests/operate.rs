@@ -129,6 +129,21 @@ impl MountedConfig {
         self.dir.join("nodeguard.yaml")
     }
 
+    /// A version whose file is a FIFO, as a hostile or broken writer could leave it.
+    fn publish_fifo(&mut self) {
+        self.version += 1;
+        let ts = format!("..2026_01_01_00_00_{:02}.fifo", self.version);
+        std::fs::create_dir(self.dir.join(&ts)).unwrap();
+        nix::unistd::mkfifo(
+            &self.dir.join(&ts).join("nodeguard.yaml"),
+            nix::sys::stat::Mode::S_IRWXU,
+        )
+        .unwrap();
+        let tmp = self.dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&ts, &tmp).unwrap();
+        std::fs::rename(&tmp, self.dir.join("..data")).unwrap();
+    }
+
     fn publish(&mut self, text: &str) {
         self.version += 1;
         let ts = format!(
@@ -239,6 +254,27 @@ fn config_follows_a_symlink_swap_and_a_bad_file_keeps_the_running_one() {
         .find(|l| l.contains("config reload rejected"))
         .unwrap_or_else(|| panic!("no rejection line:\n{log}"));
     assert!(line.contains("interval, guard.rules[0].action"), "{line}");
+
+    // A FIFO in the file's place: refused at once with the reason, and the ticks go on (a
+    // blocking open would stop the loop for good).
+    mounted.publish_fifo();
+    wait_for(Duration::from_secs(20), || {
+        (agent.counter("nodeguard_config_reload_failures_total") == Some(2.0)).then_some(())
+    })
+    .unwrap_or_else(|| panic!("FIFO config not refused:\n{}", agent.log_text()));
+    let before = agent.ticks();
+    assert!(
+        wait_for(Duration::from_secs(20), || (agent.ticks() >= before + 2)
+            .then_some(()))
+        .is_some(),
+        "ticks stopped after a FIFO config"
+    );
+    assert!(
+        agent.log_text().contains("not a regular file (fifo)"),
+        "{}",
+        agent.log_text()
+    );
+    assert_eq!(agent.live_hash(), Some(hash(&holding)));
 
     // Fixed again: accepted, and the last attempt is a success.
     mounted.publish(&quiet);

@@ -32,7 +32,7 @@ pub struct RawGuard {
     pub rules: Vec<RawRule>,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Protect {
     pub namespaces: Vec<String>,
@@ -214,6 +214,41 @@ pub struct GuardConfig {
     pub protect: Protect,
     pub host_units: Vec<String>,
     pub rules: Vec<Rule>,
+}
+
+/// For [`super::live`]'s key-by-key comparison only. Every field is named (no `..`), so a new
+/// one cannot be left out; a compiled rule is compared by its `Debug` text.
+impl serde::Serialize for GuardConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let GuardConfig {
+            dry_run,
+            state_file,
+            cooldown,
+            max_actions_per_10m,
+            probation,
+            max_hold,
+            freeze_timeout,
+            webhook_url,
+            protect,
+            host_units,
+            rules,
+        } = self;
+        let rules: Vec<String> = rules.iter().map(|r| format!("{r:?}")).collect();
+        let mut st = s.serialize_struct("GuardConfig", 11)?;
+        st.serialize_field("dry_run", dry_run)?;
+        st.serialize_field("state_file", state_file)?;
+        st.serialize_field("cooldown", cooldown)?;
+        st.serialize_field("max_actions_per_10m", max_actions_per_10m)?;
+        st.serialize_field("probation", probation)?;
+        st.serialize_field("max_hold", max_hold)?;
+        st.serialize_field("freeze_timeout", freeze_timeout)?;
+        st.serialize_field("webhook_url", webhook_url)?;
+        st.serialize_field("protect", protect)?;
+        st.serialize_field("host_units", host_units)?;
+        st.serialize_field("rules", &rules)?;
+        st.end()
+    }
 }
 
 /// Largest `max_actions_per_10m`: one action per tick at the shortest interval is 6,000.

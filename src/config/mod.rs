@@ -9,7 +9,7 @@ pub mod live;
 pub mod overrides;
 
 use bounds::{Bounds, MAX_DURATION};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -37,7 +37,7 @@ impl fmt::Display for ConfigErrors {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Paths {
     pub proc: PathBuf,
@@ -60,7 +60,7 @@ impl Default for Paths {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Discovery {
     pub scopes: Vec<String>,
@@ -76,7 +76,7 @@ impl Default for Discovery {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Toggle {
     pub enabled: bool,
@@ -88,7 +88,7 @@ impl Default for Toggle {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogsSampler {
     pub enabled: bool,
@@ -123,7 +123,7 @@ pub const MAX_FULL_WALK_EVERY: u64 = 17_280;
 /// Largest `samplers.logs.max_open_files`; the agent lowers it further to a quarter of its fd limit (`fsio::FdHolder`).
 pub const MAX_LOG_OPEN_FILES: usize = 1 << 20;
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SocketsSampler {
     pub enabled: bool,
@@ -145,7 +145,7 @@ impl Default for SocketsSampler {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConntrackSampler {
     pub enabled: bool,
@@ -172,7 +172,7 @@ impl Default for ConntrackSampler {
 
 /// Ephemeral ports per pod netns (needs the conntrack sampler's pod pass, and CAP_SYS_ADMIN to
 /// read each namespace's port range).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PortsSampler {
     pub enabled: bool,
@@ -191,7 +191,7 @@ impl Default for PortsSampler {
 }
 
 /// OOM kills from the kernel log (`paths.kmsg`): needs CAP_SYSLOG, else it reports itself off.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct KmsgSampler {
     pub enabled: bool,
@@ -213,7 +213,7 @@ impl Default for KmsgSampler {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Samplers {
     pub memory: Toggle,
@@ -227,7 +227,7 @@ pub struct Samplers {
 
 /// Bounds of the HTTP server: no number of peers, idle or slow, can hold more than
 /// `max_connections` descriptors, nor any of them for long.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Http {
     /// Connections served at once; beyond it a new connection is accepted and closed at once.
@@ -279,8 +279,9 @@ impl Environment {
     }
 }
 
-/// The validated configuration.
-#[derive(Debug, Clone, PartialEq)]
+/// The validated configuration. Serialized only to compare two of them key by key
+/// ([`live::restart_only_changes`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
     pub listen: SocketAddr,
     pub http: Http,
@@ -291,7 +292,8 @@ pub struct Config {
     pub discovery: Discovery,
     pub samplers: Samplers,
     pub guard: guard::GuardConfig,
-    /// Empty from a file; set at start by `agent::run`.
+    /// Empty from a file; set at start by `agent::run`, kept by a reload.
+    #[serde(skip)]
     pub environment: Environment,
 }
 
@@ -561,31 +563,24 @@ fn check_http(h: &Http, b: &mut Bounds) {
 /// Largest `samplers.logs.max_bytes_per_tick` (a read budget, not a buffer): 16 GiB.
 pub const MAX_LOG_BYTES_PER_TICK: u64 = 16 << 30;
 
-/// The text of a config file, at most one byte over [`limits::MAX_FILE_BYTES`] (enough for
-/// `from_yaml` to refuse it).
+/// The text of a config file: a regular file (symlinks followed, as a ConfigMap mounts it) of
+/// at most [`limits::MAX_FILE_BYTES`]; a FIFO or device in its place is refused at once, never
+/// opened blocking ([`crate::fsio::read_regular_text`]).
 fn read_text(path: &Path) -> Result<String, LoadError> {
-    use std::io::Read;
-    let io = |source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let mut text = String::new();
-    file.take(limits::MAX_FILE_BYTES as u64 + 1)
-        .read_to_string(&mut text)
-        .map_err(io)?;
-    Ok(text)
+    use crate::fsio::{read_regular_text, Reader};
+    Ok(read_regular_text(
+        path,
+        limits::MAX_FILE_BYTES as u64,
+        Reader::Config,
+    )?)
 }
 
 /// Why a config file could not be loaded; both name the file.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot read {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Not read: missing, unreadable, not a regular file, too large or not UTF-8.
+    #[error(transparent)]
+    File(#[from] crate::fsio::RegularFileError),
     #[error("{}: {errors}", path.display())]
     Invalid { path: PathBuf, errors: ConfigErrors },
 }
@@ -856,6 +851,41 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("cannot read"), "{e}");
+    }
+
+    /// A FIFO put in place of the config file (behind the ConfigMap's symlink) is refused at
+    /// once, not opened blocking: a reload is rejected with a clear error and the tick goes on.
+    #[test]
+    fn a_fifo_config_is_rejected_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.yaml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let link = dir.path().join("nodeguard.yaml");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = link.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(Config::load_file_with(&path, &[]).map(drop));
+        });
+        let e = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("loading a FIFO config blocked")
+            .unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                LoadError::File(crate::fsio::RegularFileError::NotRegular {
+                    kind: crate::fsio::NotRegular::Fifo,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!("cannot read {}: not a regular file (fifo)", link.display())
+        );
+        assert_eq!(live::failed_fields(&e), "(file)");
     }
 
     #[test]

@@ -663,6 +663,7 @@ fn full_snapshot() -> Published {
         log_files_skipped_symlink: 5,
         log_files_skipped_not_regular: 6,
         log_files_skipped_cap: 7,
+        files_not_regular_total: [21, 22, 23],
         socket_cache_entries: Some(8),
         socket_cache_overflows_total: 9,
         socket_pids_walked: 10,

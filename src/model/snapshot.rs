@@ -99,6 +99,9 @@ pub struct InputStats {
     pub log_files_skipped_symlink: usize,
     pub log_files_skipped_not_regular: usize,
     pub log_files_skipped_cap: usize,
+    /// Opens refused because the path was not a regular file (a FIFO, socket, device or
+    /// directory), since start, by reader: config, logs, state (`fsio::Reader::ALL`'s order).
+    pub files_not_regular_total: [u64; 3],
     /// Memory files held open by the memory sampler; `None` while it is off.
     pub memory_files_open: Option<usize>,
     /// Memory files the last pass opened and closed again because the cap was reached.

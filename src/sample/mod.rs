@@ -71,8 +71,9 @@ pub struct WorkloadSample {
     pub procs: Option<ProcSummary>,
     /// Its pids controller; `Absent` also while the pids reader is off.
     pub pids_controller: Reading<PidsSample>,
-    /// Its sockets; `None` while the socket sampler is off (or the pass attributed it none).
-    pub sockets: Option<SocketCounts>,
+    /// Its sockets; `Absent` while the socket sampler is off, `Failed` when one of its pids'
+    /// fd tables could not be read (a partial count would look like sockets closing).
+    pub sockets: Reading<SocketCounts>,
 }
 
 impl WorkloadSample {
@@ -84,7 +85,7 @@ impl WorkloadSample {
             pids: Vec::new(),
             procs: None,
             pids_controller: Reading::Absent,
-            sockets: None,
+            sockets: Reading::Absent,
         }
     }
 }
@@ -262,6 +263,7 @@ impl Samplers {
             log_files_skipped_symlink: l.map_or(0, |l| l.skipped_symlink),
             log_files_skipped_not_regular: l.map_or(0, |l| l.skipped_not_regular),
             log_files_skipped_cap: l.map_or(0, |l| l.skipped_cap),
+            files_not_regular_total: crate::fsio::Reader::ALL.map(crate::fsio::not_regular_total),
             memory_files_open: m.map(|m| m.held_files),
             memory_files_unheld: m.map_or(0, |m| m.unheld_reads),
             pids_files_open: p.map(|p| p.held_files),

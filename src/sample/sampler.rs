@@ -237,7 +237,10 @@ impl Sampler for NetPass {
         let mut by_workload = net.sockets;
         for (i, (w, p)) in tick.workloads.iter_mut().zip(pids).enumerate() {
             w.pids = p;
-            w.sockets = by_workload.as_mut().and_then(|s| s.remove(&i));
+            w.sockets = by_workload
+                .as_mut()
+                .and_then(|s| s.remove(&i))
+                .unwrap_or(Reading::Absent);
         }
         // Cloned, not moved: two pod cgroups of one uid would both have read it.
         for p in &mut tick.pods {

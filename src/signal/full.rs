@@ -216,6 +216,12 @@ impl FullEstimator {
         }
     }
 
+    /// A new window (the interval was reloaded): the samples kept stay, the next `observe`
+    /// trims them to it.
+    pub fn set_window(&mut self, window: Duration) {
+        self.window = window;
+    }
+
     /// Forgets the history (a new container instance, a value that went away).
     pub fn reset(&mut self) {
         self.samples.clear();

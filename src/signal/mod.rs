@@ -45,6 +45,9 @@ struct IdentityState {
     procs_stale: bool,
     pids: Option<PidsSample>,
     pids_stale: bool,
+    /// Summed over the live instances; a failed fd read keeps the last good sum.
+    sockets: Option<SocketCounts>,
+    sockets_stale: bool,
     /// Working set towards the limit, for the instance named alongside.
     memory_trend: FullEstimator,
     memory_trend_instance: Option<String>,
@@ -61,6 +64,8 @@ impl IdentityState {
         IdentityState {
             pids: None,
             pids_stale: false,
+            sockets: None,
+            sockets_stale: false,
             memory_trend: FullEstimator::new(window),
             memory_trend_instance: None,
             memory_full_in: None,
@@ -112,6 +117,16 @@ impl Tracker {
     pub fn with_full_window(mut self, window: Duration) -> Self {
         self.full_window = window;
         self
+    }
+
+    /// A new time-to-full window after a reload of `interval`: for every identity's estimator
+    /// and the ones made later (at a longer interval the start-up window holds too few samples
+    /// to project anything).
+    pub fn set_full_window(&mut self, window: Duration) {
+        self.full_window = window;
+        for st in self.identities.values_mut() {
+            st.memory_trend.set_window(window);
+        }
     }
 
     pub fn update(
@@ -211,6 +226,7 @@ impl Tracker {
                     Reading::Failed => st.pids_stale = true,
                 }
             }
+            observe_sockets(st, instances);
             // Processes: summed over the instances; the sampler off or failed keeps the last.
             st.procs_stale = instances.iter().any(|w| w.procs.is_none());
             if !st.procs_stale {
@@ -364,7 +380,14 @@ impl Tracker {
                     malformed: 0,
                 },
                 restarts_total: st.restarts.total(),
-                sockets: sockets_of(instances),
+                sockets: in_cgroup
+                    .then(|| {
+                        st.sockets.as_ref().map(|c| Kept {
+                            value: c.clone(),
+                            stale: st.sockets_stale,
+                        })
+                    })
+                    .flatten(),
                 pids: in_cgroup
                     .then(|| {
                         st.pids.map(|p| Kept {
@@ -475,6 +498,12 @@ impl NodeTrends {
         }
     }
 
+    /// A new window after a reload of `interval` (see [`Tracker::set_full_window`]).
+    pub fn set_window(&mut self, window: Duration) {
+        self.conntrack.set_window(window);
+        self.pids.set_window(window);
+    }
+
     /// `(conntrack, pids)` seconds to full; a value that could not be read adds no sample.
     pub fn observe(
         &mut self,
@@ -492,21 +521,33 @@ impl NodeTrends {
     }
 }
 
-/// Sockets are a gauge of the live instances: summed over them, nothing carried across ticks.
-fn sockets_of(instances: Option<&[&WorkloadSample]>) -> Option<Kept<SocketCounts>> {
+/// Sockets are a gauge of the live instances, summed over them. A failed read of any of them
+/// (a pid's fd table) keeps the last good sum, stale: a partial count would look like sockets
+/// closing and restart a rule's `for` timer. The sampler off (any instance absent): none.
+fn observe_sockets(st: &mut IdentityState, instances: &[&WorkloadSample]) {
     let mut sum = SocketCounts::default();
-    for w in instances? {
-        let c = w.sockets.as_ref()?;
-        sum.tcp += c.tcp;
-        sum.udp += c.udp;
-        for (state, n) in &c.tcp_states {
-            *sum.tcp_states.entry(state).or_default() += n;
+    for w in instances {
+        match &w.sockets {
+            Reading::Read(c) => {
+                sum.tcp += c.tcp;
+                sum.udp += c.udp;
+                for (state, n) in &c.tcp_states {
+                    *sum.tcp_states.entry(state).or_default() += n;
+                }
+            }
+            Reading::Failed => {
+                st.sockets_stale = true;
+                return;
+            }
+            Reading::Absent => {
+                st.sockets = None;
+                st.sockets_stale = false;
+                return;
+            }
         }
     }
-    Some(Kept {
-        value: sum,
-        stale: false,
-    })
+    st.sockets = Some(sum);
+    st.sockets_stale = false;
 }
 
 #[cfg(test)]

@@ -411,3 +411,84 @@ fn a_killed_container_without_cgroup_or_log_stays_visible() {
     });
     assert!(out.is_empty(), "forgotten after the retention: {out:?}");
 }
+
+/// At a 2-minute interval the start-up window (5 minutes, sized for 5 s ticks) holds 3 samples,
+/// too few to project: once the window follows the reloaded interval, the working set's and the
+/// node's times to full are projected again.
+#[test]
+fn the_time_to_full_windows_follow_a_reloaded_interval() {
+    use super::{full, NodePids, NodeTrends};
+    const SLOW: Duration = Duration::from_secs(120);
+    let clock = ManualClock::default();
+    let mut tr = Tracker::new().with_full_window(full::window_for(TICK));
+    let mut trends = NodeTrends::new(full::window_for(TICK));
+    let mut step = 0u64;
+    let mut run = |tr: &mut Tracker, trends: &mut NodeTrends, ticks: usize| {
+        let mut last = (None, None);
+        for _ in 0..ticks {
+            step += 1;
+            let m = MemorySample {
+                usage_bytes: 0,
+                working_set_bytes: step * (20 << 20),
+                limit_bytes: Some(1 << 30),
+                oom_kills: 0,
+            };
+            let app = tick(vec![(container("app", "aaaa"), Reading::Read(m))]);
+            let (out, _) = tr.update(clock.now(), &app);
+            let pids = NodePids {
+                current: step * 2000,
+                limit: 100_000,
+            };
+            let (_, node) = trends.observe(clock.now(), None, Some(pids));
+            last = (find(&out, "app").memory_full_in_seconds, node);
+            clock.advance(SLOW);
+        }
+        last
+    };
+    assert_eq!(run(&mut tr, &mut trends, 20), (None, None));
+    tr.set_full_window(full::window_for(SLOW));
+    trends.set_window(full::window_for(SLOW));
+    let (memory, node) = run(&mut tr, &mut trends, 8);
+    assert!(memory.is_some_and(|s| s > 0.0), "{memory:?}");
+    assert!(node.is_some_and(|s| s > 0.0), "{node:?}");
+}
+
+/// A failed socket read (a pid's fd table) keeps the last good count, stale: a rule's `for` timer
+/// neither restarts on a short count nor advances on it. Readable again: fresh.
+#[test]
+fn a_failed_socket_read_keeps_the_last_count_stale() {
+    use crate::model::SocketCounts;
+    let clock = ManualClock::default();
+    let mut tr = Tracker::new();
+    let app = |sockets| {
+        let mut t = tick(vec![(container("app", "aaaa"), Reading::Read(mem(1, 0)))]);
+        t.workloads[0].sockets = sockets;
+        t
+    };
+    let counts = |tcp| SocketCounts {
+        tcp,
+        udp: 1,
+        ..SocketCounts::default()
+    };
+    let steps = [
+        (Reading::Read(counts(10)), Some((10, false))),
+        (Reading::Failed, Some((10, true))),
+        (Reading::Failed, Some((10, true))),
+        (Reading::Read(counts(12)), Some((12, false))),
+        // The socket sampler off: no value, not a stale one.
+        (Reading::Absent, None),
+    ];
+    for (k, (read, want)) in steps.into_iter().enumerate() {
+        let (out, _) = tr.update(clock.now(), &app(read));
+        let got = find(&out, "app")
+            .sockets
+            .as_ref()
+            .map(|s| (s.value.tcp, s.stale));
+        assert_eq!(got, want, "tick {k}");
+        clock.advance(TICK);
+    }
+    // Never read yet: a failure has nothing to keep.
+    let mut fresh = Tracker::new();
+    let (out, _) = fresh.update(clock.now(), &app(Reading::Failed));
+    assert_eq!(find(&out, "app").sockets, None);
+}

@@ -50,6 +50,24 @@ pub const FAMILIES: &[Family<Published>] = &[
             }
         }),
     Meta {
+        name: "files_not_regular",
+        ty: Counter,
+        unit: None,
+        help: "Opens refused because the path was a FIFO, socket, device or directory where a regular file belongs, by reader.",
+        labels: &[Label::of("reader", || {
+            crate::fsio::Reader::ALL.map(crate::fsio::Reader::as_str).to_vec()
+        })],
+        section: S,
+    }
+    .with_rows(|s, out| {
+        for (r, n) in crate::fsio::Reader::ALL
+            .into_iter()
+            .zip(s.inputs.files_not_regular_total)
+        {
+            out.add(&[r.as_str()], n);
+        }
+    }),
+    Meta {
         name: "memory_files_open",
         ty: Gauge,
         unit: None,

@@ -10,7 +10,7 @@ use Section::Workloads as S;
 use Type::{Counter, Gauge};
 
 /// The signals whose last good value a failed read keeps (`container_signal_stale`).
-pub const STALE_SIGNALS: [&str; 3] = ["memory", "processes", "pids"];
+pub const STALE_SIGNALS: [&str; 4] = ["memory", "processes", "pids", "sockets"];
 /// Protocols of the sockets a container's own fds hold.
 pub const SOCKET_PROTOCOLS: [&str; 2] = ["tcp", "udp"];
 
@@ -218,6 +218,7 @@ pub const FAMILIES: &[Family<Published>] = &[
                     w.memory.is_some_and(|m| m.stale),
                     w.processes.is_some_and(|m| m.stale),
                     w.pids.is_some_and(|m| m.stale),
+                    w.sockets.as_ref().is_some_and(|m| m.stale),
                 ];
                 for (signal, _) in STALE_SIGNALS.into_iter().zip(stale).filter(|x| x.1) {
                     out.add(&[ns, pod, c, signal], 1u64);

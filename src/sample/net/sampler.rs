@@ -15,6 +15,7 @@ use crate::discover::{Inventory, WorkloadKind};
 use crate::error::ReadError;
 use crate::model::{Feature, NetnsSockets, SocketCounts};
 use crate::sample::health::thread_cpu;
+use crate::sample::Reading;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -41,8 +42,9 @@ pub struct PodNet {
 
 #[derive(Debug, Default)]
 pub struct NetSample {
-    /// By workload index; `None` when the socket sampler is off.
-    pub sockets: Option<HashMap<usize, SocketCounts>>,
+    /// By workload index; `None` when the socket sampler is off. `Failed` where a pid's fd
+    /// table (or, with `tcp_states`, its netns table) could not be read.
+    pub sockets: Option<HashMap<usize, Reading<SocketCounts>>>,
     /// By pod uid.
     pub pods: HashMap<String, PodNet>,
     pub node_conntrack: Option<(u64, u64)>,
@@ -226,7 +228,7 @@ impl NetSampler {
         let cpu2 = thread_cpu();
         let lookup = cpu2.saturating_sub(cpu1);
         if let Some(owned) = owned {
-            out.sockets = Some(self.tcp_states(owned, &netns_pid, sock_errors));
+            out.sockets = Some(self.tcp_states(owned, &netns_pid, &workload_netns, sock_errors));
         }
         let cpu3 = thread_cpu();
         out.cpu.sockets = cpu1.saturating_sub(cpu0) + cpu3.saturating_sub(cpu2);
@@ -300,26 +302,32 @@ impl NetSampler {
         self.cache.sample_keyed(&keys, &groups, pids, errors)
     }
 
+    /// The counts by workload, with TCP states where asked; a workload whose fd tables or
+    /// netns table could not all be read is `Failed` (its signal keeps the last good value).
     fn tcp_states(
         &mut self,
         owned: Attribution,
         netns_pid: &HashMap<u64, u32>,
+        workload_netns: &[Option<u64>],
         errors: &mut Vec<ReadError>,
-    ) -> HashMap<usize, SocketCounts> {
+    ) -> HashMap<usize, Reading<SocketCounts>> {
         let Attribution {
             mut counts,
             owner,
             denied,
+            mut failed,
         } = owned;
         self.set_feature("sockets", denied);
         // TCP states need the per-netns tables: opt-in, for their kernel cost.
         if self.tcp_states && !owner.is_empty() {
             let mut by_table: HashMap<usize, SocketCounts> = HashMap::new();
-            for &pid in netns_pid.values() {
+            for (&ns, &pid) in netns_pid {
                 if let Err(e) =
                     classify_netns(&self.proc_root, pid, &owner, &mut by_table, &mut self.buf)
                 {
                     errors.push(e);
+                    let in_ns = workload_netns.iter().enumerate();
+                    failed.extend(in_ns.filter(|(_, w)| **w == Some(ns)).map(|(i, _)| i));
                 }
             }
             for (i, t) in by_table {
@@ -327,6 +335,16 @@ impl NetSampler {
             }
         }
         counts
+            .into_iter()
+            .map(|(i, c)| {
+                let r = if failed.contains(&i) {
+                    Reading::Failed
+                } else {
+                    Reading::Read(c)
+                };
+                (i, r)
+            })
+            .collect()
     }
 
     fn sample_pods(

@@ -9,7 +9,7 @@
 use super::cri::CriCounter;
 use crate::discover::names::PodLogListing;
 use crate::error::ReadError;
-use crate::fsio::{self, escape_name, is_gone, is_refused_link, EntryKind};
+use crate::fsio::{self, escape_name, is_gone, is_refused_link, EntryKind, RegularFileError};
 use crate::model::WorkloadId;
 use nix::fcntl::OFlag;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -373,24 +373,28 @@ impl LogTailer {
                 .unopened_at_start
                 .get(key)
                 .is_some_and(|s| s.contains(&(n, ino)));
-        // O_NONBLOCK: a FIFO that slipped in under a log name must not block the agent in open().
-        let fd = match fsio::open_beneath(root, &rel, OFlag::O_RDONLY | OFlag::O_NONBLOCK) {
-            Ok(fd) => fd,
-            Err(e) if is_gone(&e) => return Ok(None),
-            Err(e) if is_refused_link(&e) => {
+        let path = self.root.join(&rel);
+        // A FIFO, socket or device that slipped in under a log name (after the listing) is
+        // refused without blocking in open().
+        let file = match fsio::open_regular_beneath(root, &rel, &path, fsio::Reader::Logs) {
+            Ok(file) => file,
+            Err(e) if e.is_gone() => return Ok(None),
+            Err(e) if e.is_refused_link() => {
                 self.stats.skipped_symlink += 1;
                 return Ok(None);
             }
-            Err(e) => return Err((e, self.root.join(&rel))),
+            Err(RegularFileError::NotRegular { .. }) => {
+                self.stats.skipped_not_regular += 1;
+                return Ok(None);
+            }
+            Err(RegularFileError::Io { source, .. }) => return Err((source, path)),
+            Err(e) => return Err((io::Error::other(e.to_string()), path)),
         };
-        let path = self.root.join(&rel);
-        let tracked = tracked_from(fd, key, n, &path, backlog).map_err(|e| (e, path))?;
-        if tracked.is_none() {
-            self.stats.skipped_not_regular += 1;
-        } else if let Some(s) = self.unopened_at_start.get_mut(key) {
+        let tracked = tracked_from(file, key, n, &path, backlog).map_err(|e| (e, path))?;
+        if let Some(s) = self.unopened_at_start.get_mut(key) {
             s.remove(&(n, ino));
         }
-        Ok(tracked)
+        Ok(Some(tracked))
     }
 
     /// Reads within the byte budget: first the retired handles (their lines came before those
@@ -494,22 +498,17 @@ fn pump(t: &mut Tracked, buf: &mut [u8], budget: &mut u64, delta: &mut Delta) ->
     Ok(true)
 }
 
-/// A tracked file from a descriptor opened below the root; `Ok(None)` when it is not a regular
-/// file (a FIFO, a device).
+/// A tracked file from a regular file opened below the root.
 fn tracked_from(
-    fd: OwnedFd,
+    file: File,
     key: &ContainerKey,
     n: u32,
     path: &Path,
     backlog: bool,
-) -> io::Result<Option<Tracked>> {
-    let file = File::from(fd);
+) -> io::Result<Tracked> {
     // Identity and size from the handle itself, not the path, which may have changed since.
     let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Ok(None);
-    }
-    Ok(Some(Tracked {
+    Ok(Tracked {
         container: key.clone(),
         n,
         path: path.to_path_buf(),
@@ -518,5 +517,5 @@ fn tracked_from(
         backlog_end: if backlog { meta.len() } else { 0 },
         counter: CriCounter::new(),
         file,
-    }))
+    })
 }

@@ -530,6 +530,40 @@ fn fifos_and_symlinks_are_skipped() {
     assert_eq!((st.skipped_symlink, st.skipped_not_regular), (2, 1));
 }
 
+/// A FIFO swapped in under a listed log's name between the listing and the open: refused by
+/// `fstat` without blocking, skipped and counted (the listing-time check cannot see it).
+#[test]
+fn a_fifo_swapped_in_after_the_listing_is_skipped_and_counted() {
+    let tree = Tree::new();
+    let c = tree.container(POD, "app");
+    tree.append(&c.join("0.log"), &lines("stdout", 1));
+    let root = tree.root();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut t = LogTailer::new(root.clone(), 1 << 20);
+        let key = ContainerKey {
+            id: WorkloadId::container("default", "web-7d9f", "app"),
+            pod_uid: UID.into(),
+        };
+        let cs = ContainerScan {
+            rel: Path::new(POD).join("app"),
+            logs: vec![(0, 1)],
+        };
+        let fifo = root.join(POD).join("app/0.log");
+        fs::remove_file(&fifo).unwrap();
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let dir = fsio::open_dir(&root).unwrap();
+        let before = fsio::not_regular_total(fsio::Reader::Logs);
+        let opened = t.open(dir.as_fd(), &key, &cs, 0, 1).map(|o| o.is_none());
+        let counted = fsio::not_regular_total(fsio::Reader::Logs) > before;
+        let _ = tx.send((opened.ok(), t.stats().skipped_not_regular, counted));
+    });
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the tailer blocked opening a FIFO");
+    assert_eq!(got, (Some(true), 1, true));
+}
+
 #[test]
 fn output_is_sorted_by_id() {
     let tree = Tree::new();

@@ -1,6 +1,7 @@
 //! The dump state machine: request, walk datagrams until DONE, restart on overrun.
 
 use super::*;
+use std::os::unix::fs::OpenOptionsExt;
 
 /// A conntrack dump socket bound to one network namespace.
 #[derive(Debug)]
@@ -30,7 +31,11 @@ impl ConntrackDump {
     /// /proc/<pid>/ns/net) on a helper thread; the calling thread's namespace never changes.
     pub fn open_in(netns_path: &Path) -> Result<Self, ReadError> {
         let ns = netns_path.to_path_buf();
-        let netns: OwnedFd = File::open(netns_path)
+        // O_NONBLOCK: a FIFO configured (or planted) here must fail in setns, not block open.
+        let netns: OwnedFd = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(netns_path)
             .map_err(|e| ReadError::io(&ns, e))?
             .into();
         let fd = new_socket_in(&netns, &ns)?;

@@ -26,7 +26,6 @@ use nix::sys::socket::{
     SockType,
 };
 use nix::sys::time::TimeVal;
-use std::fs::File;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -109,6 +109,9 @@ pub struct Attribution {
     pub counts: HashMap<usize, SocketCounts>,
     pub owner: InoMap<usize>,
     pub denied: Option<String>,
+    /// Workloads with a pid whose fd table could not be read this tick: their counts are short
+    /// of its sockets, so the signal keeps their last good value (stale) instead.
+    pub failed: std::collections::HashSet<usize>,
 }
 
 pub struct SocketCache {
@@ -269,6 +272,7 @@ impl SocketCache {
         let tick = self.tick;
         let phase = (tick % u64::from(self.every)) as u32;
         let mut denied = None;
+        let mut failed = std::collections::HashSet::new();
         self.spill.clear();
         // Each workload's kept entry; a key seen twice, an old kernel or a fixture tree: the
         // whole tick is attributed from the per-pid lists, as a full pass.
@@ -309,6 +313,7 @@ impl SocketCache {
                         Ok(None) => continue,
                         Err(e) => {
                             push_error(&fd_dir(&self.proc_root, pid), e, errors, &mut denied);
+                            failed.insert(i);
                             continue;
                         }
                     }
@@ -346,6 +351,7 @@ impl SocketCache {
                             denied = Some(e.to_string());
                         }
                         errors.push(e);
+                        failed.insert(i);
                         continue;
                     }
                 }
@@ -377,6 +383,7 @@ impl SocketCache {
                 .collect(),
             owner: InoMap::default(),
             denied,
+            failed,
         };
         // Exited pids, closed sockets and gone pods leave the cache with the tick they vanish.
         let (mut cached, mut held_dirs) = (0, 0);
@@ -672,6 +679,21 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         panic!("sleep never settled: {stat}");
+    }
+
+    /// A pid whose fd table cannot be read (here: not a directory) marks its workload failed,
+    /// so the signal keeps the last good count instead of a short one; the others are not.
+    #[test]
+    fn an_unreadable_fd_table_marks_its_workload_failed() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("10/fd")).unwrap();
+        std::fs::create_dir_all(root.path().join("20")).unwrap();
+        std::fs::write(root.path().join("20/fd"), "").unwrap();
+        let mut cache = SocketCache::new(root.path().to_path_buf(), 3);
+        let mut errors = Vec::new();
+        let a = cache.sample(&["a", "b"], &[vec![10], vec![10, 20]], &mut errors);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(a.failed, [1].into_iter().collect());
     }
 
     fn pass(cache: &mut SocketCache, pid: u32) -> ((u64, u64), CacheStats) {
