@@ -254,7 +254,7 @@ impl Enforcer {
             Ok(None) => return None,
             Err(e) => e,
         };
-        let salvaged = state::read_regular(&path, state::MAX_STATE_BYTES)
+        let salvaged = state::read_text(&path)
             .map(|t| state::salvage_acted(&t))
             .unwrap_or_default();
         match state::quarantine(&path, unix_now) {

@@ -4,6 +4,7 @@
 pub use super::breaker::ActedCgroup;
 use super::breaker::{BreakerId, BreakerState};
 use crate::error::{ParseError, ReadError};
+use crate::fsio::{self, Reader, RegularFileError};
 use crate::model::ActionKind;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -115,13 +116,19 @@ pub fn salvage_acted(text: &str) -> Vec<ActedCgroup> {
 
 /// `Ok(None)` when there is no state file yet.
 pub fn load(path: &Path) -> Result<Option<StateFile>, ReadError> {
-    match read_regular(path, MAX_STATE_BYTES) {
+    match read_text(path) {
         Ok(text) => parse(&text)
             .map(Some)
             .map_err(|e| ReadError::parse(path, e)),
-        Err(e) if crate::fsio::is_gone(&e) => Ok(None),
-        Err(e) => Err(ReadError::io(path, e)),
+        Err(e) if e.is_gone() => Ok(None),
+        Err(e) => Err(ReadError::io(path, std::io::Error::other(e))),
     }
+}
+
+/// The state file's text: a regular file only, opened without blocking (a FIFO planted in its
+/// place must not hang the start or a tick), bounded.
+pub(crate) fn read_text(path: &Path) -> Result<String, RegularFileError> {
+    fsio::read_regular_text(path, MAX_STATE_BYTES, Reader::State)
 }
 
 /// Moves an unreadable state file aside (never overwritten by the next save) and returns where.
@@ -192,27 +199,9 @@ pub fn remove_stale_temps(path: &Path) {
     }
 }
 
-/// Reads a file that anyone with access to the directory could have replaced: opened without
-/// blocking (a FIFO planted there must not hang the tick) and refused unless it is a regular
-/// file; at most `max` bytes.
-pub(crate) fn read_regular(path: &Path, max: u64) -> std::io::Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
-        .open(path)?;
-    if !f.metadata()?.file_type().is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut text = String::new();
-    f.take(max).read_to_string(&mut text)?;
-    Ok(text)
-}
-
 /// Larger than any state file we write (a breaker is ~1 KiB; breakers are bounded by rules and
 /// workloads).
-pub(crate) const MAX_STATE_BYTES: u64 = 64 << 20;
+const MAX_STATE_BYTES: u64 = 64 << 20;
 /// A release request is one small JSON object.
 const MAX_RELEASE_BYTES: u64 = 64 << 10;
 
@@ -263,7 +252,7 @@ pub fn take_releases(state_path: &Path) -> Vec<ReleaseRequest> {
         if p.extension().and_then(|x| x.to_str()) != Some("json") {
             continue;
         }
-        match read_regular(&p, MAX_RELEASE_BYTES)
+        match fsio::read_regular_text(&p, MAX_RELEASE_BYTES, Reader::State)
             .map(|t| serde_json::from_str::<ReleaseRequest>(&t))
         {
             Ok(Ok(r)) => out.push(r),

@@ -143,14 +143,7 @@ impl Discovery {
 
     /// Whether `rel` lies in a configured scope (the agent's view of the tree).
     pub fn in_scope(&self, rel: &str) -> bool {
-        self.config.scopes.iter().any(|s| {
-            let s = normalize(s);
-            s == "/"
-                || rel == s
-                || rel
-                    .strip_prefix(s.as_str())
-                    .is_some_and(|r| r.starts_with('/'))
-        })
+        crate::cgroupfs::in_scopes(&self.config.scopes, rel)
     }
 
     /// The container a kubelet cgroup path (or a cgroup below it) names, from the path grammar
