@@ -625,3 +625,37 @@ fn a_full_state_disk_is_said_once_and_release_says_why() {
         assert!(r.n.frozen_outside(&[]).is_empty());
     }
 }
+
+// Finding 4, the last resort: SIGTERM finds a tick stuck. The fail-open thaw works from another
+// thread, with a fresh cgroup writer, from the ledger alone (the agent itself stays busy).
+#[test]
+fn the_fail_open_thaw_needs_no_tick() {
+    for unified in variants() {
+        let Some(r) = rig(unified, "freeze", "10m", 1) else {
+            return;
+        };
+        let yaml = r.yaml("", false, free_addr());
+        let config = nodeguard::config::Config::from_yaml(&yaml).expect("config");
+        let mut agent = nodeguard::agent::Agent::new(
+            config,
+            std::sync::Arc::new(nodeguard::clock::SystemClock),
+        )
+        .expect("agent");
+        let start = Instant::now();
+        while !r.frozen(&r.relay) {
+            assert!(start.elapsed() < Duration::from_secs(30), "never frozen");
+            r.n.write_log(&r.relay, "stderr", 100);
+            agent.tick();
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let fail_open = agent.fail_open();
+        // The agent is "stuck": nobody steps it again; another thread thaws what it holds.
+        let thawed = std::thread::spawn(move || fail_open.thaw_all())
+            .join()
+            .expect("fail-open thread");
+        assert_eq!(thawed, 1);
+        assert!(!r.frozen(&r.relay), "{}", r.n.freezer_kind());
+        drop(agent);
+        assert!(r.n.frozen_outside(&[]).is_empty());
+    }
+}
