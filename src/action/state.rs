@@ -231,12 +231,23 @@ pub fn request_release(state_path: &Path, req: &ReleaseRequest) -> std::io::Resu
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let path = dir.join(format!("{nanos}-{}.json", std::process::id()));
-    let tmp = dir.join(format!(".{nanos}.tmp"));
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec(req).map_err(std::io::Error::other)?,
-    )?;
-    std::fs::rename(&tmp, &path)?;
+    let tmp = dir.join(format!(".{nanos}-{}.tmp", std::process::id()));
+    let written = (|| {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.write_all(&serde_json::to_vec(req).map_err(std::io::Error::other)?)?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if let Err(e) = written {
+        // Nothing half-written is left for the agent (or a full disk) to keep.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     Ok(path)
 }
 
