@@ -17,6 +17,7 @@ use crate::discover::{Discovery, DiscoveryConfig};
 use crate::export::limits::{self, ServerStats};
 use crate::export::metrics::{self, SharedSnapshot};
 use crate::export::server::{self, Endpoints};
+use crate::export::watchdog;
 use crate::model::{
     AgentStats, ConfigStatus, DumpStatus, GuardStatus, NodeConntrack, Published, Snapshot,
 };
@@ -421,11 +422,17 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Published::default())));
     let stats = Arc::new(ServerStats::default());
     let mut registry = metrics::registry(shared.clone());
-    limits::register(&mut registry, stats.clone(), shared.clone());
     crate::export::info::register(&mut registry, shared.clone());
+    let budget = agent.config().guard.freeze_timeout + watchdog::TICK_MARGIN;
+    let tick_watch = Arc::new(watchdog::TickWatch::new(interval, budget));
+    let mut live = metrics::live_registry();
+    limits::register(&mut live, stats.clone(), shared.clone());
+    watchdog::register(&mut live, tick_watch.clone(), shared.clone());
     let endpoints = Endpoints {
         shared: shared.clone(),
         registry: Arc::new(registry),
+        live: Arc::new(live),
+        watch: tick_watch.clone(),
     };
     // Read after main raised the soft limit to the hard one.
     match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
@@ -475,6 +482,7 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
                 }).await?;
                 agent = a;
                 *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
+                tick_watch.completed();
             }
             _ = hup.recv() => trigger = Some("sighup"),
             _ = poll.tick(), if watch.is_some() => {
