@@ -17,6 +17,7 @@ use crate::discover::{Discovery, DiscoveryConfig};
 use crate::export::limits::{self, ServerStats};
 use crate::export::metrics::{self, SharedSnapshot};
 use crate::export::server::{self, Endpoints};
+use crate::export::watchdog;
 use crate::model::{
     AgentStats, ConfigStatus, DumpStatus, GuardStatus, NodeConntrack, Published, Snapshot,
 };
@@ -435,11 +436,17 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Published::default())));
     let stats = Arc::new(ServerStats::default());
     let mut registry = metrics::registry(shared.clone());
-    limits::register(&mut registry, stats.clone(), shared.clone());
     crate::export::info::register(&mut registry, shared.clone());
+    let budget = agent.config().guard.freeze_timeout + watchdog::TICK_MARGIN;
+    let tick_watch = Arc::new(watchdog::TickWatch::new(interval, budget));
+    let mut live = metrics::live_registry();
+    limits::register(&mut live, stats.clone(), shared.clone());
+    watchdog::register(&mut live, tick_watch.clone(), shared.clone());
     let endpoints = Endpoints {
         shared: shared.clone(),
         registry: Arc::new(registry),
+        live: Arc::new(live),
+        watch: tick_watch.clone(),
     };
     // Read after main raised the soft limit to the hard one.
     match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) {
@@ -506,7 +513,10 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
                 job = None;
                 let (a, snap) = done?;
                 match snap {
-                    Some(snap) => *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap),
+                    Some(snap) => {
+                        *shared.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
+                        tick_watch.completed();
+                    }
                     None => {
                         // Shown at once (not at the next tick): the config in force and the
                         // guard's mode.
@@ -524,6 +534,8 @@ pub async fn run(mut config: Config, source: ConfigSource) -> anyhow::Result<()>
                             ticker = ticker_every(interval);
                         }
                         grace = shutdown_grace(a.config());
+                        tick_watch.set_interval(interval);
+                        tick_watch.set_budget(a.config().guard.freeze_timeout + watchdog::TICK_MARGIN);
                     }
                 }
                 home = Some(a);

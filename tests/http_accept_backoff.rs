@@ -4,8 +4,9 @@
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nodeguard::config::Http;
 use nodeguard::export::limits::{self, ServerStats};
-use nodeguard::export::metrics::{registry, SharedSnapshot};
+use nodeguard::export::metrics::{live_registry, registry, SharedSnapshot};
 use nodeguard::export::server::{serve, Endpoints};
+use nodeguard::export::watchdog::TickWatch;
 use nodeguard::model::Published;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -15,11 +16,13 @@ use tokio::net::{TcpListener, TcpStream};
 async fn accept_errors_back_off_and_recover() {
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Published::default())));
     let stats = Arc::new(ServerStats::default());
-    let mut reg = registry(shared.clone());
-    limits::register(&mut reg, stats.clone(), shared.clone());
+    let mut live = live_registry();
+    limits::register(&mut live, stats.clone(), shared.clone());
     let ep = Endpoints {
+        registry: Arc::new(registry(shared.clone())),
         shared,
-        registry: Arc::new(reg),
+        live: Arc::new(live),
+        watch: Arc::new(TickWatch::new(Duration::from_secs(5), Duration::ZERO)),
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");

@@ -1,10 +1,11 @@
 //! A flood of idle connections against the real server on 127.0.0.1: the server holds at most
-//! `http.max_connections` of them, closes the rest at once and counts them.
+//! `http.max_connections` of them; each one beyond evicts the oldest, counted.
 
 use nodeguard::config::Http;
 use nodeguard::export::limits::{self, ServerStats};
-use nodeguard::export::metrics::{registry, SharedSnapshot};
+use nodeguard::export::metrics::{live_registry, registry, SharedSnapshot};
 use nodeguard::export::server::{serve, Endpoints};
+use nodeguard::export::watchdog::TickWatch;
 use nodeguard::model::Published;
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
@@ -62,11 +63,13 @@ async fn two_thousand_idle_connections_hold_at_most_the_cap() {
 
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Published::default())));
     let stats = Arc::new(ServerStats::default());
-    let mut reg = registry(shared.clone());
-    limits::register(&mut reg, stats.clone(), shared.clone());
+    let mut live = live_registry();
+    limits::register(&mut live, stats.clone(), shared.clone());
     let ep = Endpoints {
+        registry: Arc::new(registry(shared.clone())),
         shared,
-        registry: Arc::new(reg),
+        live: Arc::new(live),
+        watch: Arc::new(TickWatch::new(Duration::from_secs(5), Duration::ZERO)),
     };
     let http = Http {
         max_connections: CAP,
@@ -86,7 +89,7 @@ async fn two_thousand_idle_connections_hold_at_most_the_cap() {
         );
     }
     for _ in 0..3000 {
-        if stats.open() as usize + stats.rejected() as usize >= FLOOD {
+        if (stats.open() + stats.rejected() + stats.evicted()) as usize >= FLOOD {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -94,14 +97,16 @@ async fn two_thousand_idle_connections_hold_at_most_the_cap() {
     let held = server_held(port);
     let total = open_fds();
     eprintln!(
-        "{FLOOD} idle clients, cap {CAP}: server holds {held} sockets, open {}, rejected {}; \
-         process fds {total} = baseline {baseline} + {FLOOD} client sockets + {}",
+        "{FLOOD} idle clients, cap {CAP}: server holds {held} sockets, open {}, evicted {}, \
+         rejected {}; process fds {total} = baseline {baseline} + {FLOOD} client sockets + {}",
         stats.open(),
+        stats.evicted(),
         stats.rejected(),
         total.saturating_sub(baseline + FLOOD)
     );
     assert_eq!(stats.open() as usize, CAP);
-    assert_eq!(stats.rejected() as usize, FLOOD - CAP);
+    assert_eq!(stats.evicted() as usize, FLOOD - CAP);
+    assert_eq!(stats.rejected(), 0);
     assert_eq!(held, CAP);
     assert!(total <= baseline + FLOOD + CAP + 8, "{total}");
 

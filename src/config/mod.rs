@@ -242,6 +242,9 @@ pub struct Http {
     /// A response must be handed to the kernel within this from its first byte.
     #[serde(with = "humantime_serde")]
     pub write_timeout: Duration,
+    /// Bodies of `/metrics` and of `/api/state` alive at once, each rendered once per published
+    /// snapshot and shared by its readers; a new one cuts the readers of the oldest.
+    pub response_generations: usize,
 }
 
 impl Default for Http {
@@ -251,9 +254,13 @@ impl Default for Http {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(10),
+            response_generations: 3,
         }
     }
 }
+
+/// Upper bound of `http.response_generations`.
+pub const MAX_RESPONSE_GENERATIONS: usize = 16;
 
 /// Upper bound of `http.max_connections`; the agent lowers it further to keep an fd reserve.
 pub const MAX_HTTP_CONNECTIONS: usize = 4096;
@@ -548,6 +555,12 @@ fn check_http(h: &Http, b: &mut Bounds) {
     b.duration("http.header_read_timeout", h.header_read_timeout, lo, hi);
     b.duration("http.idle_timeout", h.idle_timeout, lo, hi);
     b.duration("http.write_timeout", h.write_timeout, lo, hi);
+    b.int(
+        "http.response_generations",
+        h.response_generations as u64,
+        1,
+        MAX_RESPONSE_GENERATIONS as u64,
+    );
     // Both timers start when the server waits for a request: a longer idle one never fires.
     if h.idle_timeout > h.header_read_timeout {
         b.error(

@@ -1,6 +1,6 @@
 //! Bounds of the HTTP server: the per-connection timers (a socket wrapper), the descriptor
-//! reserve behind the connection cap, and the collector of the counters that show when a bound
-//! bites (`stats.rs`).
+//! reserve behind the connection cap, the table of open connections the cap evicts from, and the
+//! collector of the counters that show when a bound bites (`stats.rs`).
 
 use super::catalog;
 use super::metrics::{encode, latest, SharedSnapshot};
@@ -8,14 +8,17 @@ pub use super::stats::{ServerStats, TimeoutReason};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
 /// The connection cap actually used: the configured one, lowered to a quarter of the open file
@@ -23,6 +26,112 @@ use tokio::time::{Instant, Sleep};
 pub fn connection_cap(configured: usize, nofile_soft: u64) -> usize {
     let share = crate::fsio::FdHolder::Http.of_limit(nofile_soft);
     configured.min(share).max(1)
+}
+
+// === impl Slot ===
+
+/// No request answered yet (a fresh connection, or a request head still arriving).
+const FRESH: u8 = 0;
+/// A request is being answered: never evicted (its time is bounded by `write_timeout`).
+const BUSY: u8 = 1;
+/// At least one response handed to the kernel; waiting for the next request.
+const KEPT: u8 = 2;
+/// Told to close.
+const CLOSING: u8 = 3;
+
+/// One open connection as the cap sees it: what it is doing, and a way to close it from outside.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    id: u64,
+    state: AtomicU8,
+    close: Notify,
+}
+
+impl Slot {
+    /// Moves `from` -> `to`; `false` if the slot was in another state (it keeps that one).
+    fn shift(&self, from: &[u8], to: u8) -> bool {
+        self.state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                from.contains(&s).then_some(to)
+            })
+            .is_ok()
+    }
+
+    /// A request arrived: not evictable until its response is with the kernel.
+    pub(crate) fn busy(&self) -> bool {
+        self.shift(&[FRESH, KEPT], BUSY)
+    }
+
+    fn answered(&self) -> bool {
+        self.shift(&[BUSY], KEPT)
+    }
+
+    /// Tells the connection's task to drop it (at once, whatever it is doing).
+    pub(crate) fn close(&self) {
+        self.state.store(CLOSING, Ordering::Release);
+        self.close.notify_one();
+    }
+
+    /// Resolves once `close` was called (also if it was called before).
+    pub(crate) async fn closed(&self) {
+        self.close.notified().await;
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+/// The open connections in accept order: at the cap, the oldest that is not answering a request
+/// is evicted so that a new peer (a kubelet probe) always gets in.
+#[derive(Debug, Default)]
+pub(crate) struct Slots {
+    next: AtomicU64,
+    open: Mutex<BTreeMap<u64, Arc<Slot>>>,
+}
+
+impl Slots {
+    pub(crate) fn open(self: &Arc<Self>) -> SlotGuard {
+        let slot = Arc::new(Slot {
+            id: self.next.fetch_add(1, Ordering::Relaxed),
+            state: AtomicU8::new(FRESH),
+            close: Notify::new(),
+        });
+        self.lock().insert(slot.id, slot.clone());
+        SlotGuard {
+            slots: self.clone(),
+            slot,
+        }
+    }
+
+    /// Closes the oldest connection that never had an answer, else the oldest kept-alive one
+    /// between requests; `false` if every connection is answering a request.
+    pub(crate) fn evict_oldest(&self) -> bool {
+        let open = self.lock();
+        for from in [FRESH, KEPT] {
+            if let Some(slot) = open.values().find(|s| s.shift(&[from], CLOSING)) {
+                slot.close();
+                return true;
+            }
+        }
+        false
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Slot>>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A connection's entry in [`Slots`], removed when the connection ends.
+pub(crate) struct SlotGuard {
+    slots: Arc<Slots>,
+    pub(crate) slot: Arc<Slot>,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.slots.lock().remove(&self.slot.id);
+    }
 }
 
 // === impl Guarded ===
@@ -47,10 +156,17 @@ pub(crate) struct Guarded<IO> {
     armed: Instant,
     expired: Option<TimeoutReason>,
     stats: Arc<ServerStats>,
+    slot: Arc<Slot>,
 }
 
 impl<IO> Guarded<IO> {
-    pub(crate) fn new(io: IO, idle: Duration, write: Duration, stats: Arc<ServerStats>) -> Self {
+    pub(crate) fn new(
+        io: IO,
+        idle: Duration,
+        write: Duration,
+        stats: Arc<ServerStats>,
+        slot: Arc<Slot>,
+    ) -> Self {
         let now = Instant::now();
         let armed = now + idle;
         Guarded {
@@ -62,6 +178,7 @@ impl<IO> Guarded<IO> {
             armed,
             expired: None,
             stats,
+            slot,
         }
     }
 
@@ -196,6 +313,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
                     self.phase = Phase::Receiving {
                         since: Instant::now(),
                     };
+                    self.slot.answered();
                 }
                 Poll::Ready(Ok(()))
             }
@@ -244,5 +362,25 @@ mod tests {
         assert_eq!(connection_cap(64, 1024), 64);
         assert_eq!(connection_cap(64, 200), 50);
         assert_eq!(connection_cap(64, 2), 1);
+    }
+
+    #[test]
+    fn eviction_takes_the_oldest_unanswered_then_the_oldest_kept_never_a_busy_one() {
+        let slots = Arc::new(Slots::default());
+        let c: Vec<SlotGuard> = (0..4).map(|_| slots.open()).collect();
+        let state = |i: usize| c[i].slot.state.load(Ordering::Acquire);
+        // 0 answered once and kept alive, 1 answering, 2 and 3 fresh.
+        assert!(c[0].slot.busy() && c[0].slot.answered());
+        assert!(c[1].slot.busy());
+        assert!(slots.evict_oldest());
+        assert_eq!((state(2), state(3)), (CLOSING, FRESH));
+        assert!(slots.evict_oldest());
+        assert_eq!(state(3), CLOSING);
+        assert!(slots.evict_oldest());
+        assert_eq!(state(0), CLOSING);
+        assert!(!slots.evict_oldest(), "a busy connection is never evicted");
+        assert_eq!(state(1), BUSY);
+        drop(c);
+        assert!(slots.lock().is_empty());
     }
 }

@@ -33,11 +33,31 @@ pub fn registry(shared: SharedSnapshot) -> Registry {
 static LAST_LEN: AtomicUsize = AtomicUsize::new(64 * 1024);
 
 pub fn render(registry: &Registry) -> Result<String, Error> {
+    let mut out = render_part(registry)?;
+    prometheus_client::encoding::text::encode_eof(&mut out)?;
+    Ok(out)
+}
+
+/// The families of `registry` without the closing `# EOF`: the part of `/metrics` the server
+/// renders once per snapshot and shares, before the per-request part ([`render_live`]).
+pub fn render_part(registry: &Registry) -> Result<String, Error> {
     let hint = LAST_LEN.load(Ordering::Relaxed);
     let mut out = String::with_capacity(hint + hint / 16);
-    prometheus_client::encoding::text::encode(&mut out, registry)?;
+    prometheus_client::encoding::text::encode_registry(&mut out, registry)?;
     LAST_LEN.store(out.len(), Ordering::Relaxed);
     Ok(out)
+}
+
+/// The end of `/metrics`: the families read at scrape time, then `# EOF`.
+pub fn render_live(registry: &Registry) -> Result<String, Error> {
+    let mut out = String::with_capacity(4096);
+    prometheus_client::encoding::text::encode(&mut out, registry)?;
+    Ok(out)
+}
+
+/// An empty registry under the agent's prefix, for the families read at scrape time.
+pub fn live_registry() -> Registry {
+    Registry::with_prefix(catalog::PREFIX)
 }
 
 #[derive(Debug)]

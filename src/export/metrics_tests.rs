@@ -454,12 +454,16 @@ fn documented() -> Vec<(String, String, String, String)> {
     out
 }
 
-/// The whole registry as the agent builds it: the snapshot's, the config's and the server's.
+/// The whole registry as the agent builds it: the snapshot's, the config's, the server's and the
+/// watchdog's.
 fn rendered_all(s: &Published) -> String {
     let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(s.clone())));
     let mut r = registry(shared.clone());
     crate::export::info::register(&mut r, shared.clone());
-    crate::export::limits::register(&mut r, Arc::default(), shared);
+    crate::export::limits::register(&mut r, Arc::default(), shared.clone());
+    let five = std::time::Duration::from_secs(5);
+    let watch = crate::export::watchdog::TickWatch::new(five, std::time::Duration::ZERO);
+    crate::export::watchdog::register(&mut r, Arc::new(watch), shared);
     render(&r).expect("render")
 }
 

@@ -6,3 +6,4 @@ pub mod limits;
 pub mod metrics;
 pub mod server;
 pub mod stats;
+pub mod watchdog;

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::export::limits::{self, ServerStats, TimeoutReason};
-use crate::export::metrics::registry;
+use crate::export::metrics::{live_registry, registry};
+use crate::export::watchdog::{self, TickWatch};
 use crate::model::Published;
 use std::net::SocketAddr;
 use std::sync::RwLock;
@@ -20,17 +21,31 @@ fn http(max: usize, idle: u64, header: u64, write: u64) -> Http {
         idle_timeout: Duration::from_secs(idle),
         header_read_timeout: Duration::from_secs(header),
         write_timeout: Duration::from_secs(write),
+        ..Http::default()
+    }
+}
+
+/// A watch that never stalls within a test.
+fn fresh_watch() -> Arc<TickWatch> {
+    Arc::new(TickWatch::new(Duration::from_secs(3600), Duration::ZERO))
+}
+
+fn endpoints_with(stats: &Arc<ServerStats>, watch: Arc<TickWatch>) -> Endpoints {
+    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Published::default())));
+    let reg = registry(shared.clone());
+    let mut live = live_registry();
+    limits::register(&mut live, stats.clone(), shared.clone());
+    watchdog::register(&mut live, watch.clone(), shared.clone());
+    Endpoints {
+        shared,
+        registry: Arc::new(reg),
+        live: Arc::new(live),
+        watch,
     }
 }
 
 fn endpoints(stats: &Arc<ServerStats>) -> Endpoints {
-    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Published::default())));
-    let mut reg = registry(shared.clone());
-    limits::register(&mut reg, stats.clone(), shared.clone());
-    Endpoints {
-        shared,
-        registry: Arc::new(reg),
-    }
+    endpoints_with(stats, fresh_watch())
 }
 
 struct Server {
@@ -46,10 +61,15 @@ impl Drop for Server {
 }
 
 async fn start(limits: Http) -> Server {
+    start_with(limits, fresh_watch()).await
+}
+
+async fn start_with(limits: Http, watch: Arc<TickWatch>) -> Server {
     let stats = Arc::new(ServerStats::default());
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let task = tokio::spawn(serve(listener, endpoints(&stats), limits, stats.clone()));
+    let ep = endpoints_with(&stats, watch);
+    let task = tokio::spawn(serve(listener, ep, limits, stats.clone()));
     Server { addr, stats, task }
 }
 
@@ -105,36 +125,76 @@ async fn healthz(s: &mut TcpStream) {
 }
 
 #[tokio::test]
-async fn beyond_the_cap_connections_are_closed_at_once_and_counted() {
+async fn at_the_cap_a_new_connection_evicts_the_oldest_idle_one() {
     let srv = start(http(4, 600, 600, 10)).await;
     let mut idle = Vec::new();
     for _ in 0..4 {
         idle.push(TcpStream::connect(srv.addr).await.expect("connect"));
     }
     eventually("4 open", || srv.stats.open() == 4).await;
-    for _ in 0..6 {
-        let mut s = TcpStream::connect(srv.addr).await.expect("connect");
-        assert!(
-            until_closed(&mut s).await.is_empty(),
-            "no response beyond the cap"
-        );
+    // A probe gets in: the oldest idle connection is closed without a response.
+    let text = get(srv.addr, "/healthz").await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(until_closed(&mut idle[0]).await.is_empty());
+    assert_eq!(srv.stats.evicted(), 1);
+    eventually("probe gone", || srv.stats.open() == 3).await;
+    // Full again: the next probe takes the slot of the oldest left, and no other.
+    idle.push(TcpStream::connect(srv.addr).await.expect("connect"));
+    eventually("4 open", || srv.stats.open() == 4).await;
+    let text = get(srv.addr, "/healthz").await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(until_closed(&mut idle[1]).await.is_empty());
+    let mut buf = [0u8; 1];
+    for s in &mut idle[2..] {
+        let still = timeout(Duration::from_millis(50), s.read(&mut buf)).await;
+        assert!(still.is_err(), "a newer connection was closed: {still:?}");
     }
-    assert_eq!(srv.stats.rejected(), 6);
-    assert_eq!(srv.stats.open(), 4);
-
-    drop(idle);
-    eventually("idle clients gone", || srv.stats.open() == 0).await;
+    assert_eq!(srv.stats.evicted(), 2);
+    assert_eq!(srv.stats.rejected(), 0);
     let text = get(srv.addr, "/metrics").await;
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    assert!(
-        text.contains("\nnodeguard_http_connections_rejected_total 6\n"),
-        "{text}"
-    );
-    assert!(text.contains("\nnodeguard_http_connections 1\n"), "{text}");
     assert!(
         text.contains("\nnodeguard_http_connections_max 4\n"),
         "{text}"
     );
+    assert!(
+        text.contains("\nnodeguard_http_connections_evicted_total "),
+        "{text}"
+    );
+    assert!(text.ends_with("# EOF\n"), "{text}");
+}
+
+#[tokio::test]
+async fn a_stalled_tick_loop_fails_both_probes() {
+    let watch = Arc::new(TickWatch::new(Duration::from_millis(10), Duration::ZERO));
+    let srv = start_with(http(8, 5, 10, 10), watch.clone()).await;
+    watch.completed();
+    let ok = get(srv.addr, "/healthz").await;
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    // No tick for more than 3 intervals (real time: the watch reads the monotonic clock).
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    for path in ["/healthz", "/readyz"] {
+        let text = get(srv.addr, path).await;
+        assert!(text.starts_with("HTTP/1.1 503"), "{path}: {text}");
+        assert!(
+            text.contains("the last tick is 0 s old (bound 0 s)"),
+            "{path}: {text}"
+        );
+    }
+    let text = get(srv.addr, "/metrics").await;
+    assert!(
+        text.contains("\nnodeguard_agent_tick_stall_bound_seconds 0.03\n"),
+        "{text}"
+    );
+    let age = text
+        .lines()
+        .find_map(|l| l.strip_prefix("nodeguard_agent_last_tick_age_seconds "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("age series");
+    assert!(age >= 0.06, "{age}");
+    watch.completed();
+    let ok = get(srv.addr, "/healthz").await;
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -208,11 +268,16 @@ async fn a_peer_that_does_not_read_is_cut_at_the_write_timeout() {
         .expect("permit");
     // A 64-byte pipe: the response cannot be handed over unless the peer reads.
     let (mut client, server) = tokio::io::duplex(64);
+    let served = Served {
+        endpoints: endpoints(&stats),
+        bodies: Arc::new(Bodies::new(3, stats.clone())),
+    };
     let conn = tokio::spawn(connection(
         server,
-        endpoints(&stats),
+        served,
         http(1, 5, 10, 10),
         stats.clone(),
+        Arc::new(Slots::default()).open(),
         (permit, OpenGuard::new(stats.clone())),
     ));
     client
@@ -241,16 +306,60 @@ async fn a_flood_of_idle_connections_drains() {
     for _ in 0..200 {
         flood.push(TcpStream::connect(srv.addr).await.expect("connect"));
     }
-    eventually("all seen", || {
-        srv.stats.rejected() + srv.stats.timed_out(TimeoutReason::Idle) + srv.stats.open() >= 200
-    })
-    .await;
+    let gone = |s: &ServerStats| s.rejected() + s.evicted() + s.timed_out(TimeoutReason::Idle);
+    eventually("all seen", || gone(&srv.stats) + srv.stats.open() >= 200).await;
     tokio::time::sleep(Duration::from_secs(6)).await;
     eventually("drained", || srv.stats.open() == 0).await;
-    assert_eq!(
-        srv.stats.rejected() + srv.stats.timed_out(TimeoutReason::Idle),
-        200
-    );
+    assert_eq!(gone(&srv.stats), 200);
     let text = get(srv.addr, "/healthz").await;
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+}
+
+/// Publishes a new snapshot (a new generation for the body caches).
+fn publish(shared: &SharedSnapshot) {
+    *shared.write().expect("lock") = Arc::new(Published::default());
+}
+
+#[tokio::test]
+async fn readers_share_one_body_per_snapshot_and_the_oldest_are_cut() {
+    let stats = Arc::new(ServerStats::default());
+    let shared: SharedSnapshot = Arc::new(RwLock::new(Arc::new(Published::default())));
+    let bodies = Bodies::new(2, stats.clone());
+    let slots = Arc::new(Slots::default());
+    let conns: Vec<_> = (0..4).map(|_| slots.open()).collect();
+    let renders = std::sync::atomic::AtomicUsize::new(0);
+    let get = |i: usize| {
+        let slot = conns[i].slot.clone();
+        let (shared, bodies, renders) = (&shared, &bodies, &renders);
+        async move {
+            bodies
+                .state
+                .get(shared, &slot, |_| {
+                    renders.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok::<_, Infallible>(vec![b'x'; 1000])
+                })
+                .await
+                .expect("body")
+        }
+    };
+    // Two readers of one snapshot: one render, one buffer.
+    let (a, b) = (get(0).await, get(1).await);
+    assert_eq!(a.as_ptr(), b.as_ptr());
+    assert_eq!(stats.body_bytes(), 1000);
+    publish(&shared);
+    let c = get(2).await;
+    assert_eq!(renders.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(stats.body_bytes(), 2000, "the first is still being sent");
+    assert_eq!(stats.cut(), 0);
+    // A third snapshot: with 2 kept, the readers of the first are cut.
+    publish(&shared);
+    let d = get(3).await;
+    assert_eq!(stats.cut(), 2);
+    for i in [0, 1] {
+        timeout(HANG, conns[i].slot.closed()).await.expect("cut");
+    }
+    drop((a, b));
+    assert_eq!(stats.body_bytes(), 2000);
+    drop((c, d));
+    assert_eq!(stats.body_bytes(), 1000, "the current one stays cached");
 }

@@ -41,6 +41,9 @@ pub struct ServerStats {
     rejected: AtomicU64,
     accept_errors: AtomicU64,
     timed_out: [AtomicU64; 3],
+    evicted: AtomicU64,
+    cut: AtomicU64,
+    body_bytes: AtomicU64,
 }
 
 impl ServerStats {
@@ -59,6 +62,15 @@ impl ServerStats {
     pub fn timed_out(&self, r: TimeoutReason) -> u64 {
         self.timed_out[r as usize].load(Relaxed)
     }
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Relaxed)
+    }
+    pub fn cut(&self) -> u64 {
+        self.cut.load(Relaxed)
+    }
+    pub fn body_bytes(&self) -> u64 {
+        self.body_bytes.load(Relaxed)
+    }
     pub(crate) fn set_max(&self, n: usize) {
         self.max.store(n as u64, Relaxed);
     }
@@ -70,6 +82,18 @@ impl ServerStats {
     }
     pub(crate) fn count_timeout(&self, r: TimeoutReason) {
         self.timed_out[r as usize].fetch_add(1, Relaxed);
+    }
+    pub(crate) fn count_evicted(&self) {
+        self.evicted.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn count_cut(&self, n: u64) {
+        self.cut.fetch_add(n, Relaxed);
+    }
+    pub(crate) fn add_body_bytes(&self, n: usize) {
+        self.body_bytes.fetch_add(n as u64, Relaxed);
+    }
+    pub(crate) fn sub_body_bytes(&self, n: usize) {
+        self.body_bytes.fetch_sub(n as u64, Relaxed);
     }
 }
 

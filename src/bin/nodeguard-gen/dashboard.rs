@@ -242,8 +242,11 @@ fn rows() -> Vec<Row> {
                 panel("Resident memory", Timeseries, "bytes", 6)
                     .q("nodeguard_process_resident_memory_bytes{@N}", NODE),
                 panel("Tick", Timeseries, "s", 6)
+                    .desc("Last tick's duration, ticks per second, and the last tick's age against the bound past which the loop counts as stalled (NodeguardTickStalled).")
                     .q("nodeguard_tick_duration_seconds{@N}", "duration {{node}}")
-                    .q("rate(nodeguard_ticks_total{@N}[$__rate_interval])", "ticks/s {{node}}"),
+                    .q("rate(nodeguard_ticks_total{@N}[$__rate_interval])", "ticks/s {{node}}")
+                    .q("nodeguard_agent_last_tick_age_seconds{@N}", "age {{node}}")
+                    .q("nodeguard_agent_tick_stall_bound_seconds{@N}", "stall bound {{node}}"),
                 panel("Sampler duration", Timeseries, "s", 6)
                     .q("nodeguard_sampler_duration_seconds{@N}", "{{node}} {{sampler}}"),
                 panel("Sampler CPU", Timeseries, "percentunit", 6)
@@ -289,12 +292,17 @@ fn rows() -> Vec<Row> {
                     .q("nodeguard_discovery_dirs_listed{@N}", "listed {{node}}")
                     .q("increase(nodeguard_discovery_watch_overflows_total{@N}[$__rate_interval])", "overflows {{node}}"),
                 panel("HTTP server", Timeseries, "short", 8)
-                    .desc("Connections against the cap, and connections refused or timed out per second.")
+                    .desc("Connections against the cap, and connections refused, timed out or evicted (at the cap, to let a new one in) per second; responses cut (a reader too many snapshots behind).")
                     .q("nodeguard_http_connections{@N}", "open {{node}}")
                     .q("nodeguard_http_connections_max{@N}", "cap {{node}}")
                     .q("rate(nodeguard_http_connections_rejected_total{@N}[$__rate_interval])", "rejected/s {{node}}")
                     .q("sum by (node, reason) (rate(nodeguard_http_connections_timed_out_total{@N}[$__rate_interval]))", "timed out/s {{node}} {{reason}}")
-                    .q("rate(nodeguard_http_accept_errors_total{@N}[$__rate_interval])", "accept errors/s {{node}}"),
+                    .q("rate(nodeguard_http_accept_errors_total{@N}[$__rate_interval])", "accept errors/s {{node}}")
+                    .q("rate(nodeguard_http_connections_evicted_total{@N}[$__rate_interval])", "evicted/s {{node}}")
+                    .q("rate(nodeguard_http_responses_cut_total{@N}[$__rate_interval])", "cut/s {{node}}"),
+                panel("HTTP bodies", Timeseries, "bytes", 8)
+                    .desc("Rendered /metrics and /api/state bodies alive, shared by their readers (at most about 2 x (http.response_generations + 1) bodies).")
+                    .q("nodeguard_http_response_bodies_bytes{@N}", "{{node}}"),
                 panel("Discovery", Timeseries, "short", 8)
                     .desc("Names that are not UTF-8, and cgroups not walked (too deep or path too long).")
                     .q("nodeguard_discovery_non_utf8_names{@N}", "non-UTF-8 {{node}} {{tree}}")

@@ -1,6 +1,6 @@
 //! The HTTP server's bounds (`export/limits`): connections against the cap, refusals, timeouts.
 
-use super::{names, Family, Label, Meta, Section, Type};
+use super::{names, Family, Label, Meta, Section, Type, Unit};
 use crate::export::stats::{ServerStats, TimeoutReason};
 
 use Section::Agent as S;
@@ -58,4 +58,32 @@ pub const FAMILIES: &[Family<ServerStats>] = &[
         section: S,
     }
     .with_rows(|st, out| out.add(&[], st.accept_errors())),
+    Meta {
+        name: "http_connections_evicted",
+        ty: Counter,
+        unit: None,
+        help:
+            "Connections closed at the cap to let a new one in: the oldest waiting for a request.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|st, out| out.add(&[], st.evicted())),
+    Meta {
+        name: "http_responses_cut",
+        ty: Counter,
+        unit: None,
+        help: "Responses cut because their body was too many snapshots old (a slow reader).",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|st, out| out.add(&[], st.cut())),
+    Meta {
+        name: "http_response_bodies_bytes",
+        ty: Gauge,
+        unit: Some(Unit::Bytes),
+        help: "Bytes of rendered /metrics and /api/state bodies alive (cached or being sent).",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|st, out| out.add(&[], st.body_bytes())),
 ];

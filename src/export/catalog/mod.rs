@@ -6,9 +6,9 @@
 //!
 //! One module per group of families, in exposition order, each reading one part of its source:
 //! [`workloads`], [`network`], [`kmsg`], [`guard`], [`inputs`], [`agent`] and [`config`] read the
-//! snapshot, [`http`] the server's counters. `node` is on every series when a node name is known
-//! and is not declared per family: it follows the identity labels (`namespace`, `pod`,
-//! `container`) when a family has them, else comes first.
+//! snapshot, [`http`] the server's counters, [`watchdog`] the tick watchdog. `node` is on every
+//! series when a node name is known and is not declared per family: it follows the identity
+//! labels (`namespace`, `pod`, `container`) when a family has them, else comes first.
 
 pub mod agent;
 pub mod config;
@@ -17,9 +17,11 @@ pub mod http;
 pub mod inputs;
 pub mod kmsg;
 pub mod network;
+pub mod watchdog;
 pub mod workloads;
 
 use crate::export::stats::ServerStats;
+use crate::export::watchdog::TickWatch;
 use crate::model::Published;
 
 pub const PREFIX: &str = "nodeguard";
@@ -264,6 +266,9 @@ pub const CONFIG: &[Family<Published>] = config::FAMILIES;
 /// The HTTP server's families, read from its counters.
 pub const HTTP: &[Family<ServerStats>] = http::FAMILIES;
 
+/// The tick watchdog's families, computed at scrape time.
+pub const WATCHDOG: &[Family<TickWatch>] = watchdog::FAMILIES;
+
 /// Every family the agent exports, in exposition order.
 pub fn all() -> Vec<Meta> {
     SNAPSHOT
@@ -272,6 +277,7 @@ pub fn all() -> Vec<Meta> {
         .chain(CONFIG)
         .map(Family::meta)
         .chain(HTTP.iter().map(Family::meta))
+        .chain(WATCHDOG.iter().map(Family::meta))
         .collect()
 }
 
