@@ -276,10 +276,11 @@ fn rows() -> Vec<Row> {
                     .q("increase(nodeguard_config_reload_failures_total{@N}[$__range])", "refused {{node}}")
                     .q("nodeguard_config_restart_required{@N}", "restart required {{node}}"),
                 panel("Files held", Timeseries, "short", 8)
-                    .desc("Open fds against what the readers hold: log files, cgroup memory and pids files (and those read unheld past the caps), and entries the log tailer skipped.")
+                    .desc("Open fds against what the readers hold: log files, cgroup memory and pids files (and those read unheld past the caps), entries the log tailer skipped, and files refused for not being regular files (a FIFO planted as the config, a log or a release request).")
                     .q("nodeguard_process_open_fds{@N}", "open fds {{node}}")
                     .q("nodeguard_log_files_open{@N}", "log files open {{node}}")
                     .q("nodeguard_log_files_skipped{@N}", "skipped {{node}} {{reason}}")
+                    .q("increase(nodeguard_files_not_regular_total{@N}[$__range])", "not regular {{node}} {{reader}}")
                     .q("nodeguard_memory_files_open{@N}", "memory files open {{node}}")
                     .q("nodeguard_memory_files_unheld{@N}", "memory files unheld {{node}}")
                     .q("nodeguard_pids_files_open{@N}", "pids files open {{node}}")
