@@ -176,6 +176,12 @@ fn refuse_stops_new_connects_only_and_detach_restores() {
 
     assert_eq!(r.ask(pid, "connect", Some(v4)), refused("connect"));
     assert_eq!(r.ask(pid, "connect", Some(v6)), refused("connect"));
+    // An IPv4 peer through an IPv6 socket (`::ffff:127.0.0.1`) goes through connect6.
+    let SocketAddr::V4(a) = v4 else {
+        panic!("{v4} is not IPv4")
+    };
+    let mapped = SocketAddr::new(a.ip().to_ipv6_mapped().into(), a.port());
+    assert_eq!(r.ask(pid, "connect", Some(mapped)), refused("connect"));
     // A connected UDP socket goes through connect4 too; an unconnected send does not (the
     // sendmsg hooks are left out on purpose: connect_limit::Hook).
     assert_eq!(r.ask(pid, "udp", Some(v4)), refused("udp"));

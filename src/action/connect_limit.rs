@@ -77,8 +77,8 @@ impl Hook {
 pub enum BpfError {
     #[error("bpf({op}): {errno}")]
     Sys { op: &'static str, errno: Errno },
-    #[error("bpf(BPF_PROG_LOAD) {name}: {errno}; verifier: {log}")]
-    Verifier {
+    #[error("bpf(BPF_PROG_LOAD) {name}: {errno}; verifier log: {log}")]
+    Load {
         name: &'static str,
         errno: Errno,
         log: String,
@@ -530,7 +530,7 @@ fn load_program(name: &'static str, hook: Hook, insns: &[Insn]) -> Result<OwnedF
             } else {
                 tail
             };
-            Err(BpfError::Verifier { name, errno, log })
+            Err(BpfError::Load { name, errno, log })
         }
     }
 }
@@ -857,7 +857,7 @@ pub fn available(unified: Option<&Path>) -> Result<(), String> {
     }
     match load_program("ng_probe", Hook::Connect4, &refuse_program()) {
         Ok(_) => Ok(()),
-        Err(BpfError::Verifier { errno, .. }) => Err(match errno {
+        Err(BpfError::Load { errno, .. }) => Err(match errno {
             Errno::ENOSYS => "kernel without bpf(2) (CONFIG_BPF_SYSCALL)".into(),
             Errno::EPERM | Errno::EACCES => {
                 "no CAP_BPF or CAP_SYS_ADMIN (or bpf(2) is blocked by seccomp or LSM)".into()
@@ -990,7 +990,7 @@ mod tests {
         }
         // `exit` with R0 never written.
         match load_program("ng_bad", Hook::Connect4, &[Insn::exit()]) {
-            Err(BpfError::Verifier { errno, log, .. }) => {
+            Err(BpfError::Load { errno, log, .. }) => {
                 assert_eq!(errno, Errno::EACCES, "{log}");
                 assert!(log.contains("R0 !read_ok"), "{log}");
             }
