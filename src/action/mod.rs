@@ -4,6 +4,9 @@
 
 pub mod breaker;
 pub mod cgroup;
+// `pub` only so the real-kernel test (tests/kernel_connect_limit.rs) reaches it; no agent code
+// uses it yet.
+pub mod connect_limit;
 pub mod decide;
 pub mod enforce;
 pub mod guard;

@@ -54,6 +54,8 @@ struct Proc {
     cgroup: Option<String>,
     child: Child,
     stdin: Option<ChildStdin>,
+    /// Its stdout lines after `ready`, for a process started by `spawn_talk`.
+    answers: Option<std::sync::mpsc::Receiver<String>>,
 }
 
 pub struct TestNode {
@@ -468,15 +470,60 @@ impl TestNode {
         self.track(child, None, args)
     }
 
-    fn track(&mut self, mut child: Child, cgroup: Option<String>, args: &[&str]) -> u32 {
+    /// Starts `nodeguard-testload` inside the container like `spawn`, keeping its stdout: `ask`
+    /// then sends it a request line and waits for its answer (the `hold` mode).
+    pub fn spawn_talk(&mut self, c: &Container, args: &[&str]) -> u32 {
+        let child = self.start(c, args);
+        self.track_with(child, Some(c.cgroup.clone()), args, true)
+    }
+
+    /// Sends one request line to a process started by `spawn_talk` and returns its answer line
+    /// (bounded: no answer in 30 s fails the test).
+    pub fn ask(&mut self, pid: u32, line: &str) -> String {
+        self.send(pid, line);
+        let p = self
+            .procs
+            .iter()
+            .find(|p| p.pid == pid)
+            .unwrap_or_else(|| panic!("no process {pid} of ours"));
+        let rx = p.answers.as_ref().expect("started by spawn_talk");
+        rx.recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("no answer from {pid} to {line:?}: {e}"))
+            .trim_end()
+            .to_owned()
+    }
+
+    fn track(&mut self, child: Child, cgroup: Option<String>, args: &[&str]) -> u32 {
+        self.track_with(child, cgroup, args, false)
+    }
+
+    fn track_with(
+        &mut self,
+        mut child: Child,
+        cgroup: Option<String>,
+        args: &[&str],
+        talk: bool,
+    ) -> u32 {
         let stdout = child.stdout.take().expect("stdout");
         // Bounded: a workload that hangs before `ready` fails the test instead of hanging it
         // (the reader thread ends when the child is stopped below and its stdout closes).
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            let mut out = BufReader::new(stdout);
             let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = out.read_line(&mut line);
             let _ = tx.send(line);
+            // A talking process's later lines are its answers, until its stdout closes.
+            if !talk {
+                return;
+            }
+            loop {
+                let mut line = String::new();
+                match out.read_line(&mut line) {
+                    Ok(n) if n > 0 && tx.send(line).is_ok() => {}
+                    _ => break,
+                }
+            }
         });
         let line = rx
             .recv_timeout(Duration::from_secs(30))
@@ -490,6 +537,7 @@ impl TestNode {
             cgroup,
             child,
             stdin,
+            answers: talk.then_some(rx),
         };
         let Some(pid) = ready else {
             // Reaped (or stopped) before the test fails: it never outlives the test.

@@ -31,7 +31,7 @@ fn usage() -> ExitCode {
          | listen ADDR [--close-at-eof] | connect ADDR TCP_N UDP_N\n       \
          | storm ADDR CYCLES --log FILE [--cycle-ms MS] [--max-loops N]\n       \
          | forker N | tasks THREADS ZOMBIES | exhaust ADDR MAX REPORT_FILE\n       \
-         | pause | lines STDOUT_N STDERR_N LONG_BYTES | oom-child-hold BYTES\n\
+         | pause | lines STDOUT_N STDERR_N LONG_BYTES | oom-child-hold BYTES | hold ADDR\n\
          --until-term: wait for SIGTERM/SIGINT instead of until stdin closes"
     );
     ExitCode::from(64)
@@ -102,6 +102,7 @@ fn main() -> ExitCode {
     let mut children = Vec::new();
     let mut charged: Vec<Vec<u8>> = Vec::new();
     let mut sockets = net::OpenSockets::default();
+    let mut hold = None;
     match mode {
         Some("idle") | Some("pause") => {}
         Some("lines") => {
@@ -204,6 +205,18 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Some("hold") => {
+            let Some(addr) = args.get(1).and_then(|a| a.parse::<SocketAddr>().ok()) else {
+                return usage();
+            };
+            match net::Hold::start(addr) {
+                Ok(h) => hold = Some(h),
+                Err(e) => {
+                    eprintln!("hold {addr}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
         Some("forker") => {
             let n = usize::try_from(n).unwrap_or(0);
             if n == 0 || n > procs::MAX_FORKER_CHILDREN {
@@ -241,10 +254,13 @@ fn main() -> ExitCode {
     } else {
         // Until the test closes our stdin. A `swap` line replaces an open UDP socket by
         // /dev/null under the same fd number (the fd count is kept: what an fd-count check
-        // misses).
+        // misses). In `hold` mode every line is a request answered on stdout.
         let mut line = String::new();
         while matches!(std::io::stdin().read_line(&mut line), Ok(n) if n > 0) {
-            if line.trim() == "swap" {
+            if let Some(h) = hold.as_mut() {
+                let _ = writeln!(out, "{}", h.answer(line.trim()));
+                let _ = out.flush();
+            } else if line.trim() == "swap" {
                 if let Some(s) = sockets.udp.pop() {
                     net::swap_for_null(s);
                 }

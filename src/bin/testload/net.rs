@@ -168,3 +168,99 @@ pub fn exhaust(addr: SocketAddr, max: usize) -> Result<(OpenSockets, usize), Str
     }
     Err(format!("{max} connections and no EADDRNOTAVAIL"))
 }
+
+/// The `hold` mode: one TCP connection held open to a line-echo server, and a listener of our
+/// own that echoes one line per accepted connection. Each stdin line is a request answered on
+/// one stdout line, so a test can see which of a process's network operations the kernel lets
+/// through (tests/kernel_connect_limit.rs).
+pub struct Hold {
+    held: std::io::BufReader<TcpStream>,
+    listener: SocketAddr,
+}
+
+impl Hold {
+    pub fn start(addr: SocketAddr) -> Result<Hold, String> {
+        let held = TcpStream::connect_timeout(&addr, NET_TIMEOUT)
+            .map_err(|e| format!("held connection: {e}"))?;
+        held.set_read_timeout(Some(NET_TIMEOUT))
+            .map_err(|e| format!("held timeout: {e}"))?;
+        let listener =
+            TcpListener::bind(("127.0.0.1", 0)).map_err(|e| format!("listener: bind: {e}"))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| format!("listener: {e}"))?;
+        std::thread::Builder::new()
+            .name("echo-once".into())
+            .spawn(move || {
+                for s in listener.incoming().flatten() {
+                    echo_line(s);
+                }
+            })
+            .map_err(|e| format!("listener thread: {e}"))?;
+        Ok(Hold {
+            held: std::io::BufReader::new(held),
+            listener: local,
+        })
+    }
+
+    /// `ping` (a request/response over the held connection), `connect ADDR` (a new TCP
+    /// connection, closed at once), `udp ADDR` (a connected UDP socket sends one datagram),
+    /// `sendto ADDR` (an unconnected UDP send), `listener` (our listener's address). Answers
+    /// `<what> ok`, `<what> errno N` or `<what> error TEXT`.
+    pub fn answer(&mut self, line: &str) -> String {
+        let mut words = line.split_whitespace();
+        let what = words.next().unwrap_or("");
+        let addr = words.next().and_then(|a| a.parse::<SocketAddr>().ok());
+        let r = match (what, addr) {
+            ("ping", _) => self.ping(),
+            ("listener", _) => return format!("listener {}", self.listener),
+            ("connect", Some(a)) => TcpStream::connect_timeout(&a, NET_TIMEOUT).map(drop),
+            ("udp", Some(a)) => udp_socket(a).and_then(|s| {
+                s.connect(a)?;
+                s.send(b"x").map(drop)
+            }),
+            ("sendto", Some(a)) => udp_socket(a).and_then(|s| s.send_to(b"x", a).map(drop)),
+            _ => return format!("{what} error unknown request {line:?}"),
+        };
+        match r {
+            Ok(()) => format!("{what} ok"),
+            Err(e) => match e.raw_os_error() {
+                Some(n) => format!("{what} errno {n}"),
+                None => format!("{what} error {e}"),
+            },
+        }
+    }
+
+    fn ping(&mut self) -> std::io::Result<()> {
+        use std::io::{BufRead, Write};
+        self.held.get_mut().write_all(b"ping\n")?;
+        let mut back = String::new();
+        self.held.read_line(&mut back)?;
+        if back == "ping\n" {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("echo {back:?}")))
+        }
+    }
+}
+
+fn udp_socket(to: SocketAddr) -> std::io::Result<UdpSocket> {
+    if to.is_ipv4() {
+        UdpSocket::bind(("0.0.0.0", 0))
+    } else {
+        UdpSocket::bind(("::", 0))
+    }
+}
+
+/// Echoes one line back on an accepted connection, then closes it.
+fn echo_line(s: TcpStream) {
+    use std::io::{BufRead, Write};
+    if s.set_read_timeout(Some(NET_TIMEOUT)).is_err() {
+        return;
+    }
+    let mut r = std::io::BufReader::new(s);
+    let mut line = String::new();
+    if r.read_line(&mut line).is_ok() {
+        let _ = r.get_mut().write_all(line.as_bytes());
+    }
+}
