@@ -6,6 +6,7 @@
 use crate::action::cgroup::{CgroupActuator, Freezer};
 use crate::action::enforce::Enforcer;
 use crate::action::guard::{Guard, Reach};
+use crate::action::limit::KnobRoots;
 use crate::action::notify::Notifier;
 use crate::action::{Actuator, DryRun};
 use crate::cgroupfs::CgroupLayout;
@@ -178,7 +179,8 @@ impl Agent {
             Freezer::detect(&layout),
             config.guard.state_file.clone(),
             Notifier::new(Some(config.guard.webhook_url.clone())),
-        );
+        )
+        .with_knob_roots(KnobRoots::detect(&layout));
         let guard = Guard::new(
             config.guard.clone(),
             clock.clone(),

@@ -24,6 +24,54 @@ pub struct ActedCgroup {
     pub inode: u64,
 }
 
+/// A resource limit a breaker set on a cgroup, and the value it replaced: restored on release.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Limited {
+    /// The cgroup in the knob's own hierarchy (path and inode there).
+    pub cgroup: ActedCgroup,
+    pub knob: Knob,
+    /// What we wrote (for `connect`, the policy: `refuse` or `rate:<n>`).
+    pub value: String,
+    /// What the knob held before us; taken again from whoever rewrites it during the hold.
+    pub previous: String,
+}
+
+/// The knobs the limit actions turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Knob {
+    /// v2 `memory.high`.
+    MemoryHigh,
+    /// `pids.max` (v1 pids controller or v2).
+    PidsMax,
+    /// v2 `cpu.max` (`<quota> <period>`).
+    CpuMax,
+    /// v1 `cpu.cfs_quota_us`.
+    CpuCfsQuota,
+    /// Our connect filter attached to the v2 directory.
+    Connect,
+}
+
+impl Knob {
+    /// The cgroup file it is, for the file knobs.
+    pub fn file(self) -> Option<&'static str> {
+        match self {
+            Knob::MemoryHigh => Some("memory.high"),
+            Knob::PidsMax => Some("pids.max"),
+            Knob::CpuMax => Some("cpu.max"),
+            Knob::CpuCfsQuota => Some("cpu.cfs_quota_us"),
+            Knob::Connect => None,
+        }
+    }
+}
+
+/// One hold on one cgroup: frozen, or limited.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HoldRecord {
+    Frozen(ActedCgroup),
+    Limited(Limited),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BreakerState {
@@ -51,6 +99,13 @@ pub struct Breaker {
     pub trips: u64,
     /// Cgroups this breaker froze (to thaw) and instances it already enforced.
     pub acted: Vec<ActedCgroup>,
+    /// Limits this breaker set (to restore).
+    pub limited: Vec<Limited>,
+    /// The step of the rule's ladder in force (`action` is that step's), since when, and the
+    /// symptom's value when it was last checked.
+    pub step: usize,
+    pub step_since: Instant,
+    pub checked_value: f64,
     pub enforced: HashSet<String>,
     /// Sibling replicas of the same owner that were already running when it tripped: the
     /// breaker never holds them (it follows the tripped pod and pods created after it).

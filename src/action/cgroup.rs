@@ -2,6 +2,9 @@
 //! rule started pending (the pin): a cgroup recreated at the same path is a different inode and is
 //! never touched.
 
+use super::breaker::{Knob, Limited};
+use super::connect_limit::{self, ConnectLimiter};
+use super::limit;
 use super::{Actuator, Outcome};
 use crate::cgroupfs::{join_rel, CgroupLayout};
 use nix::fcntl::{openat, OFlag};
@@ -72,7 +75,13 @@ pub struct CgroupHandle {
 
 impl CgroupHandle {
     pub fn open(freezer: &Freezer, rel: &str) -> std::io::Result<CgroupHandle> {
-        let path = join_rel(freezer.root(), rel);
+        CgroupHandle::open_at(freezer.root(), rel)
+    }
+
+    /// The cgroup `rel` in the hierarchy mounted at `root` (a limit's knob lives in its
+    /// controller's hierarchy, not always the freezer's).
+    pub fn open_at(root: &Path, rel: &str) -> std::io::Result<CgroupHandle> {
+        let path = join_rel(root, rel);
         let fd = nix::fcntl::open(
             &path,
             OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
@@ -104,7 +113,7 @@ impl CgroupHandle {
         std::fs::metadata(&self.path).is_ok_and(|m| m.ino() == self.ino && m.dev() == self.dev)
     }
 
-    fn write(&self, file: &str, value: &str) -> std::io::Result<()> {
+    pub(crate) fn write_file(&self, file: &str, value: &str) -> std::io::Result<()> {
         let fd = openat(
             Some(self.dir.as_raw_fd()),
             file,
@@ -117,7 +126,7 @@ impl CgroupHandle {
         f.write_all(value.as_bytes())
     }
 
-    fn read(&self, file: &str) -> std::io::Result<String> {
+    pub(crate) fn read_file(&self, file: &str) -> std::io::Result<String> {
         let fd = openat(
             Some(self.dir.as_raw_fd()),
             file,
@@ -197,6 +206,8 @@ pub struct CgroupActuator {
     timeout: Duration,
     /// Pids never sent SIGSTOP or SIGKILL, whatever cgroup they sit in: 1, 2 and the agent.
     protected_pids: Vec<u32>,
+    /// The connect filters loaded so far, one per policy (loaded at first use, kept).
+    connect: Vec<ConnectLimiter>,
 }
 
 impl CgroupActuator {
@@ -205,7 +216,20 @@ impl CgroupActuator {
             freezer,
             timeout,
             protected_pids: vec![1, 2, std::process::id()],
+            connect: Vec::new(),
         }
+    }
+
+    /// The loaded filter for a policy value (`refuse`, `rate:<n>`).
+    fn limiter(&mut self, value: &str) -> Result<&ConnectLimiter, String> {
+        let policy = limit::connect_policy(value)
+            .ok_or_else(|| format!("{value:?} is not a connect policy"))?;
+        if let Some(i) = self.connect.iter().position(|l| l.policy() == policy) {
+            return Ok(&self.connect[i]);
+        }
+        let l = ConnectLimiter::load(policy).map_err(|e| e.to_string())?;
+        self.connect.push(l);
+        Ok(&self.connect[self.connect.len() - 1])
     }
 
     fn wait(&self, mut done: impl FnMut() -> std::io::Result<bool>) -> std::io::Result<bool> {
@@ -245,12 +269,12 @@ impl CgroupActuator {
     fn freeze_inner(&self, h: &CgroupHandle) -> std::io::Result<bool> {
         match &self.freezer {
             Freezer::V1 { .. } => {
-                h.write("freezer.state", "FROZEN")?;
-                self.wait(|| Ok(h.read("freezer.state")?.trim() == "FROZEN"))
+                h.write_file("freezer.state", "FROZEN")?;
+                self.wait(|| Ok(h.read_file("freezer.state")?.trim() == "FROZEN"))
             }
             Freezer::V2 { .. } => {
-                h.write("cgroup.freeze", "1")?;
-                self.wait(|| Ok(v2_frozen(&h.read("cgroup.events")?)))
+                h.write_file("cgroup.freeze", "1")?;
+                self.wait(|| Ok(v2_frozen(&h.read_file("cgroup.events")?)))
             }
             Freezer::Sigstop { .. } => {
                 self.send_to_subtree(h, nix::sys::signal::Signal::SIGSTOP)?;
@@ -265,11 +289,53 @@ impl Actuator for CgroupActuator {
         matches!(self.freezer, Freezer::V1 { .. })
     }
 
+    fn set_limit(&mut self, h: &CgroupHandle, knob: Knob, value: &str) -> Result<String, String> {
+        if knob == Knob::Connect {
+            // Attaching again is a no-op for a filter already there (the re-assert).
+            let l = self.limiter(value)?;
+            // The attachment stays in the kernel, held by the cgroup: the release finds ours by
+            // name (`clear_limit`), as after a crash, so no handle needs keeping.
+            drop(l.attach(&h.path).map_err(|e| e.to_string())?);
+            return Ok(value.to_owned());
+        }
+        limit::write(h, knob, value).map_err(|e| format!("{}: {e}", h.path.display()))
+    }
+
+    fn clear_limit(&mut self, h: &CgroupHandle, l: &Limited) -> Outcome {
+        if l.knob == Knob::Connect {
+            // Ours by name, whichever instance attached them (a crashed agent's too).
+            return match connect_limit::detach_all_ours(&h.path) {
+                Ok(_) => Outcome::Done,
+                Err(e) => Outcome::Failed(e.to_string()),
+            };
+        }
+        match limit::read(h, l.knob) {
+            Ok(now) if now == l.value => match limit::write(h, l.knob, &l.previous) {
+                Ok(_) => Outcome::Done,
+                Err(e) if crate::fsio::is_gone(&e) => Outcome::Gone,
+                Err(e) => Outcome::Failed(format!("restore {}: {e}", h.path.display())),
+            },
+            // Someone set it since: theirs now.
+            Ok(_) => Outcome::Done,
+            Err(e) if crate::fsio::is_gone(&e) => Outcome::Gone,
+            Err(e) => Outcome::Failed(format!("read {}: {e}", h.path.display())),
+        }
+    }
+
+    fn limit_held(&mut self, h: &CgroupHandle, l: &Limited) -> Option<bool> {
+        if l.knob == Knob::Connect {
+            let ours = self.limiter(&l.value).ok()?.prog_ids();
+            let on = connect_limit::attached_ids(&h.path, connect_limit::Hook::Connect4).ok()?;
+            return Some(ours.iter().any(|id| on.contains(id)));
+        }
+        Some(limit::read(h, l.knob).ok()? == l.value)
+    }
+
     /// FREEZING counts as held: a freeze in progress is ours. SIGSTOP leaves nothing to read.
     fn held(&mut self, h: &CgroupHandle) -> Option<bool> {
         match &self.freezer {
-            Freezer::V1 { .. } => Some(h.read("freezer.state").ok()?.trim() != "THAWED"),
-            Freezer::V2 { .. } => Some(h.read("cgroup.freeze").ok()?.trim() != "0"),
+            Freezer::V1 { .. } => Some(h.read_file("freezer.state").ok()?.trim() != "THAWED"),
+            Freezer::V2 { .. } => Some(h.read_file("cgroup.freeze").ok()?.trim() != "0"),
             Freezer::Sigstop { .. } => None,
         }
     }
@@ -290,8 +356,8 @@ impl Actuator for CgroupActuator {
 
     fn thaw(&mut self, h: &CgroupHandle) -> Outcome {
         let res = match &self.freezer {
-            Freezer::V1 { .. } => h.write("freezer.state", "THAWED"),
-            Freezer::V2 { .. } => h.write("cgroup.freeze", "0"),
+            Freezer::V1 { .. } => h.write_file("freezer.state", "THAWED"),
+            Freezer::V2 { .. } => h.write_file("cgroup.freeze", "0"),
             Freezer::Sigstop { .. } => self
                 .send_to_subtree(h, nix::sys::signal::Signal::SIGCONT)
                 .map(|_| ()),
@@ -306,7 +372,7 @@ impl Actuator for CgroupActuator {
 
     fn kill(&mut self, h: &CgroupHandle) -> Outcome {
         if let Freezer::V2 { .. } = self.freezer {
-            if let Err(e) = h.write("cgroup.kill", "1") {
+            if let Err(e) = h.write_file("cgroup.kill", "1") {
                 return Outcome::Failed(format!("cgroup.kill {}: {e}", h.path.display()));
             }
         } else {

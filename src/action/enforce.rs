@@ -11,14 +11,16 @@
 //!   freeze step of a v1 kill) is in it and in the state file before the cgroup write; whatever
 //!   no breaker claims is thawed, and all of it at shutdown.
 
+use super::breaker::{HoldRecord, Knob, Limited};
 use super::cgroup::{CgroupActuator, CgroupHandle, Freezer};
-use super::decide::{Command, Pin, Report};
+use super::decide::{Command, Pin, Report, Setting};
+use super::limit::{self, KnobRoots};
 use super::lock::{NoHand, StateLock};
 use super::notify::Notifier;
 use super::state::{self, ActedCgroup, StateFile};
 use super::{Actuator, Outcome};
 use crate::model::ActionKind;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -56,6 +58,41 @@ impl Ledger {
     }
 }
 
+/// The limits this agent set and has not restored, keyed by cgroup and knob; mirrored like the
+/// freeze ledger.
+#[derive(Debug, Default)]
+struct Limits {
+    held: BTreeMap<(ActedCgroup, Knob), Limited>,
+    mirror: Arc<Mutex<Vec<Limited>>>,
+}
+
+impl Limits {
+    fn sync(&self) {
+        *self.mirror.lock().unwrap_or_else(|p| p.into_inner()) =
+            self.held.values().cloned().collect();
+    }
+    fn key(l: &Limited) -> (ActedCgroup, Knob) {
+        (l.cgroup.clone(), l.knob)
+    }
+    /// Records `l` (replacing the record of the same knob); true if it was not there.
+    fn insert(&mut self, l: Limited) -> bool {
+        let new = self.held.insert(Limits::key(&l), l).is_none();
+        self.sync();
+        new
+    }
+    fn remove(&mut self, l: &Limited) -> bool {
+        let was = self.held.remove(&Limits::key(l)).is_some();
+        if was {
+            self.sync();
+        }
+        was
+    }
+    fn replace(&mut self, all: impl IntoIterator<Item = Limited>) {
+        self.held = all.into_iter().map(|l| (Limits::key(&l), l)).collect();
+        self.sync();
+    }
+}
+
 /// The fail-open path that does not wait for the enforcer: thaws every cgroup of the ledger
 /// with a fresh cgroup writer. For a SIGTERM that arrives while a tick is stuck; the process
 /// exits right after, and whatever a stuck write froze later is in the state file for the next
@@ -63,7 +100,9 @@ impl Ledger {
 #[derive(Debug, Clone)]
 pub struct FailOpen {
     held: Arc<Mutex<BTreeSet<ActedCgroup>>>,
+    limits: Arc<Mutex<Vec<Limited>>>,
     freezer: Freezer,
+    roots: KnobRoots,
 }
 
 impl FailOpen {
@@ -80,6 +119,26 @@ impl FailOpen {
             match out {
                 Outcome::Failed(e) => {
                     tracing::error!(cgroup = %c.cgroup, error = %e, "fail-open thaw failed")
+                }
+                _ => n += 1,
+            }
+        }
+        let limits = self
+            .limits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for l in limits {
+            let Some(root) = self.roots.root(l.knob) else {
+                continue;
+            };
+            let out = match CgroupHandle::open_at(root, &l.cgroup.cgroup) {
+                Ok(h) if h.ino == l.cgroup.inode => writer.clear_limit(&h, &l),
+                _ => Outcome::Gone,
+            };
+            match out {
+                Outcome::Failed(e) => {
+                    tracing::error!(cgroup = %l.cgroup.cgroup, error = %e, "fail-open restore failed")
                 }
                 _ => n += 1,
             }
@@ -104,6 +163,15 @@ pub struct Enforcer {
     last: StateFile,
     /// Cgroups we froze and have not thawed: in the state file before each freeze.
     frozen: Ledger,
+    /// Limits we set and have not restored: in the state file before each write.
+    limits: Limits,
+    /// Where each knob lives on this host.
+    roots: KnobRoots,
+    /// Limits whose restore failed, retried at every run.
+    unrestored: BTreeMap<(ActedCgroup, Knob), Limited>,
+    /// At start: limits a previous run set; those not re-held by `restore` are restored.
+    limit_orphans: BTreeMap<(ActedCgroup, Knob), Limited>,
+    reasserted: u64,
     /// Open handles: a held directory keeps its inode, so a cgroup recreated at the same path
     /// can never pass for the one pinned or frozen, on any filesystem.
     pinned: HashMap<Pin, Vec<CgroupHandle>>,
@@ -166,6 +234,11 @@ impl Enforcer {
                 ..StateFile::default()
             },
             frozen: Ledger::default(),
+            limits: Limits::default(),
+            roots: KnobRoots::default(),
+            unrestored: BTreeMap::new(),
+            limit_orphans: BTreeMap::new(),
+            reasserted: 0,
             pinned: HashMap::new(),
             handles: HashMap::new(),
             unthawed: BTreeSet::new(),
@@ -177,6 +250,13 @@ impl Enforcer {
             foreign_thaws: 0,
             unclaimed_thaws: 0,
         }
+    }
+
+    /// Where the limit actions find their knobs (none by default: every limit then fails with
+    /// the reason).
+    pub fn with_knob_roots(mut self, roots: KnobRoots) -> Enforcer {
+        self.roots = roots;
+        self
     }
 
     /// Why this instance has no hand, if it has none.
@@ -210,7 +290,9 @@ impl Enforcer {
     pub fn fail_open(&self) -> FailOpen {
         FailOpen {
             held: self.frozen.mirror.clone(),
+            limits: self.limits.mirror.clone(),
             freezer: self.freezer.clone(),
+            roots: self.roots.clone(),
         }
     }
 
@@ -249,14 +331,17 @@ impl Enforcer {
                 let acted = f.breakers.iter().flat_map(|b| b.acted.iter());
                 self.orphans = f.frozen.iter().chain(acted).cloned().collect();
                 self.frozen.replace(self.orphans.clone());
+                // The ledger's record last: it has the latest `previous` (a re-assert updates it).
+                let limited = f.breakers.iter().flat_map(|b| b.limited.iter());
+                self.adopt_limits(limited.chain(f.limits.iter()).cloned());
                 return Some(f);
             }
             Ok(None) => return None,
             Err(e) => e,
         };
-        let salvaged = state::read_text(&path)
-            .map(|t| state::salvage_acted(&t))
-            .unwrap_or_default();
+        let text = state::read_text(&path).unwrap_or_default();
+        let salvaged = state::salvage_acted(&text);
+        self.adopt_limits(state::salvage_limits(&text).into_iter());
         match state::quarantine(&path, unix_now) {
             Ok(aside) => {
                 tracing::error!(error = %err, kept_at = %aside.display(), thawing = salvaged.len(), "breaker state unreadable: kept aside, thawing the cgroups it names, starting with no breakers");
@@ -282,7 +367,16 @@ impl Enforcer {
         for c in std::mem::take(&mut self.orphans) {
             self.undo_one(c);
         }
+        for l in std::mem::take(&mut self.limit_orphans).into_values() {
+            self.restore_one(l);
+        }
         self.write_state();
+    }
+
+    /// Limits a previous run set: ours to restore unless a restored breaker re-holds them.
+    fn adopt_limits(&mut self, all: impl Iterator<Item = Limited>) {
+        self.limit_orphans = all.map(|l| ((l.cgroup.clone(), l.knob), l)).collect();
+        self.limits.replace(self.limit_orphans.values().cloned());
     }
 
     /// Applies commands in order; returns what the decider must learn from them.
@@ -290,6 +384,9 @@ impl Enforcer {
         let hand = self.hand.is_ok();
         for c in std::mem::take(&mut self.unthawed) {
             self.undo_one(c);
+        }
+        for l in std::mem::take(&mut self.unrestored).into_values() {
+            self.restore_one(l);
         }
         let mut reports = Vec::new();
         for cmd in commands {
@@ -320,18 +417,21 @@ impl Enforcer {
                     rel,
                     ino,
                     instance,
+                    setting,
                 } => {
-                    let (outcome, cgroup) = self.hold(action, &rel, ino);
+                    let (outcome, cgroup, limited) = self.hold(action, &rel, ino, &setting);
                     reports.push(Report::Held {
                         ticket,
                         outcome,
                         cgroup,
+                        limited,
                         instance,
                     });
                 }
                 // Without the lock, what the decider holds is a live owner's: never ours to undo
                 // or announce.
-                Command::Undo(c) if hand => self.undo_one(c),
+                Command::Undo(HoldRecord::Frozen(c)) if hand => self.undo_one(c),
+                Command::Undo(HoldRecord::Limited(l)) if hand => self.restore_one(l),
                 Command::Notify(e) if hand => self.notifier.send(e),
                 Command::Undo(_) | Command::Notify(_) => {}
             }
@@ -368,10 +468,11 @@ impl Enforcer {
         action: ActionKind,
         rel: &str,
         ino: Option<u64>,
-    ) -> (Outcome, Option<ActedCgroup>) {
+        setting: &Setting,
+    ) -> (Outcome, Option<ActedCgroup>, Option<Limited>) {
         let h = match self.open(rel) {
             Ok(h) => h,
-            Err(e) => return (open_error(rel, &e), None),
+            Err(e) => return (open_error(rel, &e), None, None),
         };
         let cg = ActedCgroup {
             cgroup: rel.to_owned(),
@@ -379,22 +480,26 @@ impl Enforcer {
         };
         // The path was removed or recreated since the hold started: never the cgroup we meant.
         if ino.is_some_and(|i| i != h.ino) {
-            return (Outcome::Replaced, Some(cg));
+            return (Outcome::Replaced, Some(cg), None);
         }
         // A dry run writes nothing, so it needs neither the lock nor a durable record; every
         // real hold needs both.
         if let (Err(why), true) = (&self.hand, self.act.writes()) {
-            return (Outcome::Failed(format!("not acting: {why}")), Some(cg));
+            return (
+                Outcome::Failed(format!("not acting: {why}")),
+                Some(cg),
+                None,
+            );
         }
         if !self.durable && self.act.writes() {
             let why = format!(
                 "the state file {} cannot be written: not acting without a durable record",
                 self.state_file.display()
             );
-            return (Outcome::Failed(why), Some(cg));
+            return (Outcome::Failed(why), Some(cg), None);
         }
         if let Some(why) = self.refusal(&h) {
-            return (Outcome::Failed(why), Some(cg));
+            return (Outcome::Failed(why), Some(cg), None);
         }
         let outcome = match action {
             ActionKind::Freeze if self.act.writes() => {
@@ -402,7 +507,7 @@ impl Enforcer {
                 if self.frozen.insert(cg.clone()) && !self.write_state() {
                     self.frozen.remove(&cg);
                     let why = "the state file cannot be written: not acting".to_owned();
-                    return (Outcome::Failed(why), Some(cg));
+                    return (Outcome::Failed(why), Some(cg), None);
                 }
                 let out = self.act.freeze(&h);
                 if out == Outcome::Done {
@@ -424,7 +529,7 @@ impl Enforcer {
                 if record && self.frozen.insert(cg.clone()) && !self.write_state() {
                     self.frozen.remove(&cg);
                     let why = "the state file cannot be written: not acting".to_owned();
-                    return (Outcome::Failed(why), Some(cg));
+                    return (Outcome::Failed(why), Some(cg), None);
                 }
                 let out = self.act.kill(&h);
                 // Never left frozen, whatever the kill did.
@@ -434,8 +539,111 @@ impl Enforcer {
                 out
             }
             ActionKind::Report => Outcome::Done,
+            a => {
+                let (out, limited) = self.limit(a, rel, setting);
+                return (out, Some(cg), limited);
+            }
         };
-        (outcome, Some(cg))
+        (outcome, Some(cg), None)
+    }
+
+    /// A limit: the knob's value now is recorded as `previous`, the record goes to the state
+    /// file, then the knob is set; the value kept is the one the kernel shows.
+    fn limit(
+        &mut self,
+        action: ActionKind,
+        rel: &str,
+        setting: &Setting,
+    ) -> (Outcome, Option<Limited>) {
+        let failed = |why: String| (Outcome::Failed(why), None);
+        let (knob, root) = match self.roots.knob(action) {
+            Ok((k, r)) => (k, r.to_path_buf()),
+            Err(why) => return failed(why),
+        };
+        let h = match CgroupHandle::open_at(&root, rel) {
+            Ok(h) => h,
+            Err(e) => return (open_error(rel, &e), None),
+        };
+        let current = match self.act.read_limit(&h, knob) {
+            Ok(v) => v,
+            Err(e) => return failed(format!("read {}: {e}", h.path.display())),
+        };
+        let period = limit::cfs_period(&h);
+        let key = (
+            ActedCgroup {
+                cgroup: rel.to_owned(),
+                inode: h.ino,
+            },
+            knob,
+        );
+        // A restored limit: the ledger's record, which a re-assert kept up to date.
+        let restored = match setting {
+            Setting::Restore(l) => Some(self.limit_orphans.get(&key).unwrap_or(l).clone()),
+            _ => None,
+        };
+        // Held already (a limit set again on the same cgroup), or still ours after a crash:
+        // what it replaced is the record's, never our own value.
+        let held = self.limits.held.get(&key).cloned().or(restored);
+        let (value, previous) = match (limit::value(knob, setting, period), held) {
+            (Err(why), _) => return failed(format!("{}: {why}", action.as_str())),
+            (Ok(v), Some(l)) if current == l.value => (v, l.previous),
+            (Ok(v), _) => (v, current),
+        };
+        if !self.act.writes() {
+            return (Outcome::DryRun, None);
+        }
+        let mut rec = Limited {
+            cgroup: key.0.clone(),
+            knob,
+            value,
+            previous,
+        };
+        // Re-held from a previous run: the record is there already and stays.
+        self.limit_orphans.remove(&key);
+        if self.limits.insert(rec.clone()) && !self.write_state() {
+            self.limits.remove(&rec);
+            return failed("the state file cannot be written: not acting".to_owned());
+        }
+        match self.act.set_limit(&h, knob, &rec.value) {
+            Ok(shown) => {
+                if shown != rec.value {
+                    rec.value = shown;
+                    self.limits.insert(rec.clone());
+                    self.write_state();
+                }
+                (Outcome::Done, Some(rec))
+            }
+            Err(why) => {
+                self.restore_one(rec);
+                failed(why)
+            }
+        }
+    }
+
+    /// Restores one of our limits, in every mode; a failure is retried at every run.
+    fn restore_one(&mut self, l: Limited) {
+        let key = (l.cgroup.clone(), l.knob);
+        // The ledger's record is the one a re-assert kept up to date.
+        let l = self.limits.held.get(&key).cloned().unwrap_or(l);
+        self.limit_orphans.remove(&key);
+        let out = match self.roots.root(l.knob) {
+            None => Outcome::Gone,
+            Some(root) => match CgroupHandle::open_at(root, &l.cgroup.cgroup) {
+                Ok(h) if h.ino == l.cgroup.inode => self.undo.clear_limit(&h, &l),
+                Ok(_) => Outcome::Gone,
+                Err(e) => open_error(&l.cgroup.cgroup, &e),
+            },
+        };
+        match out {
+            Outcome::Failed(e) => {
+                if self.unrestored.insert(key, l.clone()).is_none() {
+                    tracing::error!(cgroup = %l.cgroup.cgroup, knob = ?l.knob, error = %e, "restore failed; retrying every tick");
+                }
+            }
+            _ => {
+                self.limits.remove(&l);
+            }
+        }
     }
 
     /// Undoes one of our holds, in every mode. A cgroup recreated at the path is not ours.
@@ -473,6 +681,15 @@ impl Enforcer {
         }
         let mut file = self.last.clone();
         file.frozen = self.frozen.held.union(&self.unthawed).cloned().collect();
+        let mut limits: BTreeMap<_, _> = self.limits.held.clone();
+        limits.extend(self.unrestored.iter().map(|(k, v)| (k.clone(), v.clone())));
+        // The breakers' copies follow the ledger (a re-assert changes `previous` and `value`).
+        for l in file.breakers.iter_mut().flat_map(|b| b.limited.iter_mut()) {
+            if let Some(mine) = limits.get(&(l.cgroup.clone(), l.knob)) {
+                *l = mine.clone();
+            }
+        }
+        file.limits = limits.into_values().collect();
         match state::save(&self.state_file, &file) {
             Ok(()) => {
                 if !self.durable && self.state_write_failures > 0 {
@@ -563,10 +780,62 @@ impl Enforcer {
             tracing::warn!(cgroup = %c.cgroup, "a held cgroup was thawed outside nodeguard: its breaker is released");
         }
         self.foreign_thaws += thawed.len() as u64;
-        if !thawed.is_empty() || !gone.is_empty() {
+        let reasserted = self.reassert_limits();
+        if !thawed.is_empty() || !gone.is_empty() || reasserted {
             self.write_state();
         }
         thawed
+    }
+
+    /// A limit someone rewrote (the kubelet on a resize or a restart) is set again; what they
+    /// wrote becomes the value restored at the end. A cgroup that is gone leaves quietly.
+    fn reassert_limits(&mut self) -> bool {
+        let mut changed = false;
+        let all: Vec<Limited> = self.limits.held.values().cloned().collect();
+        for mut l in all {
+            if self.unrestored.contains_key(&(l.cgroup.clone(), l.knob)) {
+                continue;
+            }
+            let Some(root) = self.roots.root(l.knob) else {
+                continue;
+            };
+            let h = match CgroupHandle::open_at(root, &l.cgroup.cgroup) {
+                Ok(h) if h.ino == l.cgroup.inode => h,
+                _ => {
+                    self.limits.remove(&l);
+                    changed = true;
+                    continue;
+                }
+            };
+            if self.undo.limit_held(&h, &l) != Some(false) {
+                continue;
+            }
+            if l.knob != Knob::Connect {
+                if let Ok(theirs) = self.undo.read_limit(&h, l.knob) {
+                    l.previous = theirs;
+                }
+            }
+            tracing::warn!(cgroup = %l.cgroup.cgroup, knob = ?l.knob, "a limit was rewritten outside nodeguard: set again");
+            self.reasserted += 1;
+            match self.undo.set_limit(&h, l.knob, &l.value) {
+                Ok(shown) => l.value = shown,
+                Err(e) => {
+                    tracing::error!(cgroup = %l.cgroup.cgroup, error = %e, "cannot set the limit again")
+                }
+            }
+            self.limits.insert(l);
+            changed = true;
+        }
+        changed
+    }
+
+    pub fn reasserted(&self) -> u64 {
+        self.reasserted
+    }
+
+    /// Limits held now.
+    pub fn limits_held(&self) -> usize {
+        self.limits.held.len()
     }
 
     /// One model of what we hold: a ledger entry that no breaker of the decider's last state
@@ -577,6 +846,20 @@ impl Enforcer {
         }
         let claimed: BTreeSet<&ActedCgroup> =
             self.last.breakers.iter().flat_map(|b| &b.acted).collect();
+        let claimed_limits: BTreeSet<(&ActedCgroup, Knob)> = self
+            .last
+            .breakers
+            .iter()
+            .flat_map(|b| &b.limited)
+            .map(|l| (&l.cgroup, l.knob))
+            .collect();
+        let stray_limits: Vec<Limited> = self
+            .limits
+            .held
+            .values()
+            .filter(|l| !claimed_limits.contains(&(&l.cgroup, l.knob)))
+            .cloned()
+            .collect();
         let stray: Vec<ActedCgroup> = self
             .frozen
             .held
@@ -584,8 +867,13 @@ impl Enforcer {
             .filter(|c| !claimed.contains(c) && !self.unthawed.contains(*c))
             .cloned()
             .collect();
-        if stray.is_empty() {
+        if stray.is_empty() && stray_limits.is_empty() {
             return;
+        }
+        for l in stray_limits {
+            tracing::warn!(cgroup = %l.cgroup.cgroup, knob = ?l.knob, "a limit no breaker holds: restored");
+            self.unclaimed_thaws += 1;
+            self.restore_one(l);
         }
         for c in stray {
             tracing::warn!(cgroup = %c.cgroup, "a frozen cgroup no breaker holds: thawed");
@@ -604,6 +892,11 @@ impl Enforcer {
         let all: Vec<ActedCgroup> = self.frozen.held.union(&self.unthawed).cloned().collect();
         for c in all {
             self.undo_one(c);
+        }
+        let mut limits: Vec<Limited> = self.limits.held.values().cloned().collect();
+        limits.extend(self.unrestored.values().cloned());
+        for l in limits {
+            self.restore_one(l);
         }
         self.write_state();
     }

@@ -152,6 +152,8 @@ impl Guard {
             held_cgroups: self.enforcer.held(),
             foreign_thaws_total: self.enforcer.foreign_thaws(),
             unclaimed_thaws_total: self.enforcer.unclaimed_thaws(),
+            limits_held: self.enforcer.limits_held(),
+            limits_reasserted_total: self.enforcer.reasserted(),
             ..self.decider.status(now, wall)
         }
     }

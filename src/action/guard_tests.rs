@@ -79,7 +79,8 @@ fn rig_rules(
         },
         cfg.state_file.clone(),
         crate::action::notify::Notifier::new(None),
-    );
+    )
+    .with_knob_roots(fake_knobs(dir.path()));
     let guard = Guard::new(
         cfg,
         Arc::new(clock.clone()),
@@ -112,8 +113,40 @@ fn rig(extra: &str) -> Rig {
     )
 }
 
+/// A cgroup of the fake tree, with the knobs the limit actions turn (unlimited).
 fn mkcg(root: &Path, rel: &str) {
-    std::fs::create_dir_all(root.join("cg").join(rel.trim_start_matches('/'))).unwrap();
+    let dir = root.join("cg").join(rel.trim_start_matches('/'));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (f, v) in [
+        ("cpu.max", "max 100000"),
+        ("pids.max", "max"),
+        ("memory.high", "max"),
+    ] {
+        if !dir.join(f).exists() {
+            std::fs::write(dir.join(f), v).unwrap();
+        }
+    }
+}
+
+/// Every knob in the fake tree (as on a pure v2 node; no connect filter: that needs BPF).
+fn fake_knobs(dir: &Path) -> crate::action::limit::KnobRoots {
+    let cg = dir.join("cg");
+    crate::action::limit::KnobRoots {
+        memory_v2: Some(cg.clone()),
+        pids: Some(cg.clone()),
+        cpu: Some((cg, crate::action::breaker::Knob::CpuMax)),
+        unified: None,
+    }
+}
+
+fn knob(r: &Rig, rel: &str, file: &str) -> String {
+    let p = r
+        .dir
+        .path()
+        .join("cg")
+        .join(rel.trim_start_matches('/'))
+        .join(file);
+    std::fs::read_to_string(p).unwrap().trim().to_owned()
 }
 
 /// A container with a log rate; its cgroup is created under the rig's freezer root.
@@ -436,7 +469,7 @@ fn a_cgroup_recreated_for_another_instance_while_pending_is_not_touched() {
         .join("cg/kubepods")
         .join(format!("pod-{BACKEND}"))
         .join("aaa");
-    std::fs::remove_dir(&p).unwrap();
+    std::fs::remove_dir_all(&p).unwrap();
     std::fs::create_dir(&p).unwrap();
     // Another instance now sits at the pinned path.
     let mut other = s.clone();
@@ -461,7 +494,7 @@ fn the_same_instance_recreated_at_its_path_is_held() {
         .join("cg/kubepods")
         .join(format!("pod-{BACKEND}"))
         .join("aaa");
-    std::fs::remove_dir(&p).unwrap();
+    std::fs::remove_dir_all(&p).unwrap();
     std::fs::create_dir(&p).unwrap();
     let st = r.at(M, &s);
     let cg = format!("/kubepods/pod-{BACKEND}/aaa");
@@ -848,6 +881,17 @@ impl Actuator for Stuck {
     fn kill(&mut self, h: &CgroupHandle) -> Outcome {
         self.calls.kill(h)
     }
+    fn set_limit(
+        &mut self,
+        h: &CgroupHandle,
+        knob: crate::action::breaker::Knob,
+        value: &str,
+    ) -> Result<String, String> {
+        self.calls.set_limit(h, knob, value)
+    }
+    fn clear_limit(&mut self, h: &CgroupHandle, l: &crate::action::breaker::Limited) -> Outcome {
+        self.calls.clear_limit(h, l)
+    }
 }
 
 #[test]
@@ -1126,10 +1170,129 @@ fn a_frozen_cgroup_no_breaker_claims_is_thawed() {
         rel: "/kubepods/x".into(),
         ino: None,
         instance: "x".into(),
+        setting: crate::action::decide::Setting::None,
     }]);
     assert_eq!(e.held(), 1);
     e.reconcile();
     assert_eq!(e.held(), 0);
     assert_eq!(e.unclaimed_thaws(), 1);
     assert_eq!(rec.calls(), vec!["freeze /kubepods/x", "thaw /kubepods/x"]);
+}
+
+#[test]
+fn a_limit_is_recorded_set_again_when_rewritten_kept_across_a_crash_and_restored() {
+    let rules = RULES.replacen("action: freeze", "action: throttle_cpu", 1);
+    let clock = ManualClock::default();
+    let mut r = rig_rules(
+        "",
+        false,
+        tempfile::tempdir().unwrap(),
+        clock.clone(),
+        &rules,
+    );
+    let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
+    let cg = format!("/kubepods/pod-{BACKEND}/aaa");
+    r.step(&s);
+    let st = r.at(M, &s);
+    assert_eq!(
+        r.rec.calls(),
+        vec![format!("limit CpuMax {cg} 10000 100000")]
+    );
+    assert_eq!(knob(&r, &cg, "cpu.max"), "10000 100000");
+    assert_eq!((st.limits_held, st.held_cgroups), (1, 0));
+    assert_eq!(st.breakers[0].action, "throttle_cpu");
+    let path = r.dir.path().join("state.json");
+    let saved = state::load(&path).unwrap().unwrap();
+    assert_eq!(saved.limits.len(), 1, "recorded in the ledger");
+    assert_eq!(saved.breakers[0].limited[0].previous, "max 100000");
+
+    // Someone else writes a quota of their own: ours is set again, theirs comes back at the end.
+    std::fs::write(
+        r.dir.path().join("cg").join(&cg[1..]).join("cpu.max"),
+        "50000 100000",
+    )
+    .unwrap();
+    let st = r.at(S, &s);
+    assert_eq!(st.limits_reasserted_total, 1);
+    assert_eq!(knob(&r, &cg, "cpu.max"), "10000 100000");
+    let saved = state::load(&path).unwrap().unwrap();
+    assert_eq!(saved.breakers[0].limited.len(), 1);
+    assert_eq!(saved.breakers[0].limited[0].previous, "50000 100000");
+
+    // SIGKILL (no shutdown): ours stays in the knob; the next agent keeps the first previous.
+    let dir = r.exit();
+    clock.advance(S);
+    let mut r = rig_rules("", false, dir, clock.clone(), &rules);
+    let st = r.step(&s);
+    assert_eq!(st.limits_held, 1);
+    assert_eq!(knob(&r, &cg, "cpu.max"), "10000 100000");
+    // SIGTERM: restored to what it held before us.
+    r.guard.shutdown();
+    assert_eq!(knob(&r, &cg, "cpu.max"), "50000 100000");
+    let saved = state::load(&path).unwrap().unwrap();
+    assert!(saved.limits.is_empty());
+    assert_eq!(
+        saved.breakers[0].limited.len(),
+        1,
+        "re-applied by the next start"
+    );
+    // The hold ends with the next agent: restored once more, nothing left.
+    let dir = r.exit();
+    let mut r = rig_rules("", false, dir, clock.clone(), &rules);
+    assert_eq!(knob(&r, &cg, "cpu.max"), "10000 100000");
+    let st = r.at(15 * M, &s);
+    assert_eq!(st.breakers[0].state, "half_open");
+    assert_eq!(
+        (st.limits_held, knob(&r, &cg, "cpu.max").as_str()),
+        (0, "50000 100000")
+    );
+}
+
+#[test]
+fn a_ladder_escalates_only_while_the_symptom_grows() {
+    let rules = RULES.replacen("action: freeze", "action: [throttle_cpu, freeze]", 1);
+    let mut r = rig_rules(
+        "",
+        false,
+        tempfile::tempdir().unwrap(),
+        ManualClock::default(),
+        &rules,
+    );
+    let cg = format!("/kubepods/pod-{BACKEND}/aaa");
+    let flood = |r: &Rig, n| snap(vec![w(r, "feeds", BACKEND, "relay", "aaa", n)]);
+    r.step(&flood(&r, 1900));
+    r.at(M, &flood(&r, 1900));
+    assert_eq!(
+        r.rec.calls(),
+        vec![format!("limit CpuMax {cg} 10000 100000")]
+    );
+    // Checked after 15 s: held (no growth), the step stays.
+    let st = r.at(15 * S, &flood(&r, 1800));
+    assert_eq!(st.breakers[0].action, "throttle_cpu");
+    assert_eq!(r.rec.calls().len(), 1);
+    // Growing again by the next check: the next step, on top.
+    r.at(10 * S, &flood(&r, 2500));
+    let st = r.at(5 * S, &flood(&r, 3000));
+    assert_eq!(st.breakers[0].action, "freeze");
+    assert_eq!(
+        r.rec.calls()[1..],
+        [format!("freeze {cg}")],
+        "escalated to the next step"
+    );
+    let mut actions = st.actions.clone();
+    actions.sort();
+    assert_eq!(
+        actions,
+        vec![
+            ("log-flood".to_string(), "freeze", "done", 1),
+            ("log-flood".to_string(), "throttle_cpu", "done", 1),
+        ]
+    );
+    assert_eq!((st.limits_held, st.held_cgroups), (1, 1));
+    // The last step: nothing further; the hold's end undoes both.
+    let st = r.at(15 * M, &flood(&r, 0));
+    assert_eq!(st.breakers[0].state, "half_open");
+    assert_eq!((st.limits_held, st.held_cgroups), (0, 0));
+    assert_eq!(knob(&r, &cg, "cpu.max"), "max 100000");
+    assert!(r.rec.calls().contains(&format!("thaw {cg}")));
 }

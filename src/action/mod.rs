@@ -10,12 +10,14 @@ pub mod connect_limit;
 pub mod decide;
 pub mod enforce;
 pub mod guard;
+pub mod limit;
 mod lock;
 pub mod notify;
 pub mod owner;
 pub mod state;
 pub mod throttle;
 
+use breaker::{Knob, Limited};
 use cgroup::CgroupHandle;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +70,19 @@ pub trait Actuator: Send + std::fmt::Debug {
     fn held(&mut self, _h: &CgroupHandle) -> Option<bool> {
         None
     }
+    /// A knob's current value (`h` in the knob's hierarchy); empty for the connect filter.
+    fn read_limit(&mut self, h: &CgroupHandle, knob: Knob) -> std::io::Result<String> {
+        limit::read(h, knob)
+    }
+    /// Sets a knob (attaches the connect filter); returns the value the kernel shows now.
+    fn set_limit(&mut self, h: &CgroupHandle, knob: Knob, value: &str) -> Result<String, String>;
+    /// Undoes a limit: the knob gets back what it held before, if it still holds ours (a value
+    /// someone set since is theirs); the connect filter is detached.
+    fn clear_limit(&mut self, h: &CgroupHandle, l: &Limited) -> Outcome;
+    /// Whether a limit is still in force (`None`: cannot tell).
+    fn limit_held(&mut self, h: &CgroupHandle, l: &Limited) -> Option<bool> {
+        Some(self.read_limit(h, l.knob).ok()? == l.value)
+    }
 }
 
 /// Takes every decision, writes nothing.
@@ -85,6 +100,12 @@ impl Actuator for DryRun {
         Outcome::DryRun
     }
     fn kill(&mut self, _: &CgroupHandle) -> Outcome {
+        Outcome::DryRun
+    }
+    fn set_limit(&mut self, _: &CgroupHandle, _: Knob, value: &str) -> Result<String, String> {
+        Ok(value.to_owned())
+    }
+    fn clear_limit(&mut self, _: &CgroupHandle, _: &Limited) -> Outcome {
         Outcome::DryRun
     }
 }
@@ -126,5 +147,37 @@ impl Actuator for Recording {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         Some(!outside.contains(&h.rel))
+    }
+    /// Knobs are the files of the fake tree: `limit <knob> <rel> <value>` is recorded.
+    fn set_limit(&mut self, h: &CgroupHandle, knob: Knob, value: &str) -> Result<String, String> {
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(format!("limit {knob:?} {} {value}", h.rel));
+        fake_write(h, knob, value).map_err(|e| e.to_string())?;
+        limit::read(h, knob).map_err(|e| e.to_string())
+    }
+    fn clear_limit(&mut self, h: &CgroupHandle, l: &Limited) -> Outcome {
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(format!("restore {:?} {} {}", l.knob, h.rel, l.previous));
+        match limit::read(h, l.knob) {
+            Ok(now) if now == l.value => match fake_write(h, l.knob, &l.previous) {
+                Ok(()) => Outcome::Done,
+                Err(e) => Outcome::Failed(e.to_string()),
+            },
+            Ok(_) => Outcome::Done,
+            Err(e) => Outcome::Failed(e.to_string()),
+        }
+    }
+}
+
+/// A knob of a fake tree is a plain file: written whole (a cgroup file takes a write at offset
+/// 0 without truncation, a plain file would keep the tail of a longer value).
+fn fake_write(h: &CgroupHandle, knob: Knob, value: &str) -> std::io::Result<()> {
+    match knob.file() {
+        Some(f) => std::fs::write(h.path.join(f), value),
+        None => Ok(()),
     }
 }

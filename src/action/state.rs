@@ -1,7 +1,7 @@
 //! The breaker state file: written atomically on every transition, read back at start so holds
 //! survive an agent restart (and frozen cgroups of expired holds get thawed).
 
-pub use super::breaker::ActedCgroup;
+pub use super::breaker::{ActedCgroup, Limited};
 use super::breaker::{BreakerId, BreakerState};
 use crate::error::{ParseError, ReadError};
 use crate::fsio::{self, Reader, RegularFileError};
@@ -30,6 +30,12 @@ pub struct PersistedBreaker {
     pub acted: Vec<ActedCgroup>,
     #[serde(default)]
     pub spared_pods: Vec<String>,
+    /// Limits the breaker set (restored on release, re-applied at start while due).
+    #[serde(default)]
+    pub limited: Vec<Limited>,
+    /// The ladder's step in force.
+    #[serde(default)]
+    pub step: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -41,6 +47,10 @@ pub struct StateFile {
     /// crash, whatever is listed here and held by no breaker is thawed.
     #[serde(default)]
     pub frozen: Vec<ActedCgroup>,
+    /// Every limit the agent set and has not restored, written before each write: after a
+    /// crash, whatever is listed here and held by no breaker is restored.
+    #[serde(default)]
+    pub limits: Vec<Limited>,
 }
 
 pub const VERSION: u32 = 1;
@@ -92,6 +102,25 @@ pub fn parse(text: &str) -> Result<StateFile, ParseError> {
     let s: StateFile = serde_json::from_str(text).map_err(|e| ParseError::new(e.to_string()))?;
     s.validate()?;
     Ok(s)
+}
+
+/// The limits a state file says we set, read as leniently as [`salvage_acted`].
+pub fn salvage_limits(text: &str) -> Vec<Limited> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Vec::new();
+    };
+    let lists = v
+        .get("breakers")
+        .and_then(|b| b.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b.get("limited"))
+        .chain(v.get("limits"));
+    lists
+        .filter_map(|l| l.as_array())
+        .flatten()
+        .filter_map(|a| serde_json::from_value::<Limited>(a.clone()).ok())
+        .collect()
 }
 
 /// The cgroups a state file says we froze, read leniently from a file that does not parse as a
@@ -317,8 +346,19 @@ mod tests {
                     inode: 42,
                 }],
                 spared_pods: vec!["backend-7d9f8b6c4d-bbbbb".into()],
+                limited: vec![Limited {
+                    cgroup: ActedCgroup {
+                        cgroup: "/kubepods/x".into(),
+                        inode: 43,
+                    },
+                    knob: super::super::breaker::Knob::PidsMax,
+                    value: "12".into(),
+                    previous: "max".into(),
+                }],
+                step: 1,
             }],
             frozen: vec![],
+            limits: vec![],
         };
         save(&path, &s).unwrap();
         assert_eq!(load(&path).unwrap(), Some(s.clone()));

@@ -29,7 +29,27 @@ pub struct RawGuard {
     pub protect: Protect,
     /// Plain-host units that may be acted on (nothing outside kubepods is, by default).
     pub host_units: Vec<String>,
+    pub containment: Containment,
     pub rules: Vec<RawRule>,
+}
+
+/// How hard the limit actions hold (the same for every rule that uses them).
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Containment {
+    /// `throttle_cpu`: the CPU time the workload gets, in cores (0.1 = 10 ms per 100 ms).
+    pub cpu_cores: f64,
+    /// `limit_connections`: new outbound connects per second; 0 refuses every one.
+    pub connects_per_second: u32,
+}
+
+impl Default for Containment {
+    fn default() -> Self {
+        Containment {
+            cpu_cores: 0.1,
+            connects_per_second: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
@@ -62,6 +82,7 @@ impl Default for RawGuard {
             webhook_url: String::new(),
             protect: Protect::default(),
             host_units: vec![],
+            containment: Containment::default(),
             rules: default_rules(),
         }
     }
@@ -81,7 +102,8 @@ pub fn default_rules() -> Vec<RawRule> {
         restart_loop: None,
         below: None,
         clear_above: None,
-        action,
+        action: RawActions(vec![action]),
+        verify_after: None,
         hold,
     };
     let fifteen = Some(RawHold::For(Duration::from_secs(900)));
@@ -140,11 +162,40 @@ pub fn default_rules() -> Vec<RawRule> {
                 bursts: 3,
                 window: Duration::from_secs(3600),
             }),
-            action: ActionKind::Freeze,
+            action: RawActions(vec![ActionKind::Freeze]),
+            verify_after: None,
             hold: Some(RawHold::UntilNewRevision),
         },
     ]
 }
+
+/// A rule's `action`: one step (`freeze`), or a ladder tried in order (`[limit_connections,
+/// freeze]`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RawActions(pub Vec<ActionKind>);
+
+impl<'de> Deserialize<'de> for RawActions {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(ActionKind),
+            Many(Vec<ActionKind>),
+        }
+        match OneOrMany::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "an action or a list of actions, from: {}",
+                ActionKind::ALL.map(|a| a.as_str()).join(", ")
+            ))
+        })? {
+            OneOrMany::One(a) => Ok(RawActions(vec![a])),
+            OneOrMany::Many(v) => Ok(RawActions(v)),
+        }
+    }
+}
+
+/// How long a step holds before it is checked, by default.
+pub const DEFAULT_VERIFY_AFTER: Duration = Duration::from_secs(15);
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RawHold {
@@ -196,7 +247,12 @@ pub struct RawRule {
     /// Time-to-full signals: once firing, clears only at or above this (default `below`).
     #[serde(default, with = "humantime_serde")]
     pub clear_above: Option<Duration>,
-    pub action: ActionKind,
+    /// Required (checked with the rest, so that a bad value is one error, not two).
+    #[serde(default)]
+    pub action: RawActions,
+    /// A ladder's step is checked after this long (default 15 s).
+    #[serde(default, with = "humantime_serde")]
+    pub verify_after: Option<Duration>,
     pub hold: Option<RawHold>,
 }
 
@@ -213,6 +269,7 @@ pub struct GuardConfig {
     pub webhook_url: String,
     pub protect: Protect,
     pub host_units: Vec<String>,
+    pub containment: Containment,
     pub rules: Vec<Rule>,
 }
 
@@ -232,10 +289,11 @@ impl serde::Serialize for GuardConfig {
             webhook_url,
             protect,
             host_units,
+            containment,
             rules,
         } = self;
         let rules: Vec<String> = rules.iter().map(|r| format!("{r:?}")).collect();
-        let mut st = s.serialize_struct("GuardConfig", 11)?;
+        let mut st = s.serialize_struct("GuardConfig", 12)?;
         st.serialize_field("dry_run", dry_run)?;
         st.serialize_field("state_file", state_file)?;
         st.serialize_field("cooldown", cooldown)?;
@@ -246,6 +304,7 @@ impl serde::Serialize for GuardConfig {
         st.serialize_field("webhook_url", webhook_url)?;
         st.serialize_field("protect", protect)?;
         st.serialize_field("host_units", host_units)?;
+        st.serialize_field("containment", containment)?;
         st.serialize_field("rules", &rules)?;
         st.end()
     }
@@ -345,6 +404,20 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
         POSITIVE,
         MAX_DURATION,
     );
+    // A quota under 1 % of a core is the CFS minimum (1 ms per 100 ms); above the node's size
+    // it holds nothing back.
+    b.float(
+        "guard.containment.cpu_cores",
+        raw.containment.cpu_cores,
+        0.01,
+        1024.0,
+    );
+    b.int(
+        "guard.containment.connects_per_second",
+        raw.containment.connects_per_second.into(),
+        0,
+        1_000_000,
+    );
     if !raw.state_file.is_absolute() {
         b.error(
             "guard.state_file",
@@ -371,7 +444,14 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
                 format!("{:?} is used by an earlier rule", r.name),
             );
         }
-        let hold = match (r.hold, r.action) {
+        let ladder = r.action.0.clone();
+        check_ladder(&ladder, r.restart_loop.is_some(), &p("action"), &mut b);
+        let action = ladder.first().copied().unwrap_or(ActionKind::Report);
+        let verify_after = r.verify_after.unwrap_or(DEFAULT_VERIFY_AFTER);
+        if r.verify_after.is_some() {
+            b.duration(&p("verify_after"), verify_after, POSITIVE, MAX_DURATION);
+        }
+        let hold = match (r.hold, action) {
             (Some(RawHold::For(d)), _) => {
                 b.duration(&p("hold"), d, POSITIVE, MAX_DURATION);
                 HoldPolicy::For(d)
@@ -382,7 +462,7 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
             (None, _) => {
                 b.error(
                     &p("hold"),
-                    "required for freeze and kill (a duration or \"until_new_revision\")",
+                    "required for every action but report (a duration or \"until_new_revision\")",
                 );
                 HoldPolicy::For(Duration::from_secs(1))
             }
@@ -474,7 +554,9 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
         rules.push(Rule {
             name: r.name.clone(),
             condition,
-            action: r.action,
+            action,
+            ladder,
+            verify_after,
             hold,
         });
     }
@@ -489,7 +571,27 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
         webhook_url: raw.webhook_url,
         protect: raw.protect,
         host_units: raw.host_units,
+        containment: raw.containment,
         rules,
+    }
+}
+
+/// A ladder goes from gentle to hard: `report` alone, `kill` last, each step once; a restart
+/// loop has no value that could show a step worked, so it takes one step.
+fn check_ladder(ladder: &[ActionKind], restart_loop: bool, path: &str, b: &mut Bounds) {
+    let ok = match ladder {
+        [] => Err("required: an action, or a list of them from the gentlest"),
+        [_] => Ok(()),
+        _ if restart_loop => {
+            Err("a restart loop takes one action (nothing shows whether a step worked)")
+        }
+        l if l.contains(&ActionKind::Report) => Err("report is an action on its own, not a step"),
+        l if l[..l.len() - 1].contains(&ActionKind::Kill) => Err("kill can only be the last step"),
+        l if (1..l.len()).any(|i| l[..i].contains(&l[i])) => Err("each step once"),
+        _ => Ok(()),
+    };
+    if let Err(why) = ok {
+        b.error(path, why);
     }
 }
 

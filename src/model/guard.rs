@@ -25,6 +25,10 @@ pub struct GuardStatus {
     pub foreign_thaws_total: u64,
     /// Frozen cgroups no breaker claimed any more, thawed by the agent.
     pub unclaimed_thaws_total: u64,
+    /// Limits (memory.high, pids.max, CPU quota, connect filter) set by this agent now.
+    pub limits_held: usize,
+    /// Limits found rewritten by someone else and set again.
+    pub limits_reasserted_total: u64,
     pub breakers: Vec<BreakerView>,
     pub pending: Vec<PendingView>,
     /// (rule, action, outcome, count) since start.

@@ -137,22 +137,64 @@ pub struct RestartLoopSpec {
     pub window: Duration,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+/// What a breaker does to the workload it holds, gentlest first: limits that slow or refuse one
+/// resource and keep the workload serving, then `freeze` and `kill`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActionKind {
+    /// New outbound connects (and UDP sends) refused or rate-limited; established ones serve.
+    LimitConnections,
+    /// `memory.high` at the working set (v2): slowed and reclaimed, not killed.
+    ThrottleMemory,
+    /// `pids.max` at the current count: no new task.
+    LimitPids,
+    /// A CPU quota (`cpu.max`, v1 CFS quota).
+    ThrottleCpu,
     Freeze,
     Kill,
     Report,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 3] = [ActionKind::Freeze, ActionKind::Kill, ActionKind::Report];
+    pub const ALL: [ActionKind; 7] = [
+        ActionKind::LimitConnections,
+        ActionKind::ThrottleMemory,
+        ActionKind::LimitPids,
+        ActionKind::ThrottleCpu,
+        ActionKind::Freeze,
+        ActionKind::Kill,
+        ActionKind::Report,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            ActionKind::LimitConnections => "limit_connections",
+            ActionKind::ThrottleMemory => "throttle_memory",
+            ActionKind::LimitPids => "limit_pids",
+            ActionKind::ThrottleCpu => "throttle_cpu",
             ActionKind::Freeze => "freeze",
             ActionKind::Kill => "kill",
             ActionKind::Report => "report",
+        }
+    }
+
+    /// A limit on one resource (a cgroup knob or a connect filter), undone by restoring it.
+    pub fn is_limit(self) -> bool {
+        matches!(
+            self,
+            ActionKind::LimitConnections
+                | ActionKind::ThrottleMemory
+                | ActionKind::LimitPids
+                | ActionKind::ThrottleCpu
+        )
+    }
+
+    /// What a held workload's next instance gets: the same step, but a kill's next instance is
+    /// frozen (killing every restart would only make a crash loop).
+    pub fn for_new_instance(self) -> ActionKind {
+        match self {
+            ActionKind::Kill => ActionKind::Freeze,
+            a => a,
         }
     }
 }
@@ -180,7 +222,13 @@ pub enum Condition {
 pub struct Rule {
     pub name: String,
     pub condition: Condition,
+    /// The first step of `ladder`.
     pub action: ActionKind,
+    /// The steps in order; one step for a rule without escalation.
+    pub ladder: Vec<ActionKind>,
+    /// How long a step holds before it is checked: the symptom still growing escalates to the
+    /// next step.
+    pub verify_after: Duration,
     pub hold: HoldPolicy,
 }
 

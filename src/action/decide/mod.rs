@@ -5,7 +5,7 @@
 //! Pure: no file, cgroup or socket is touched here. Every effect is a [`Command`] for the
 //! enforcer, whose outcomes come back as [`Report`]s through [`Decider::settle`].
 
-use super::breaker::{next_hold, Breaker, BreakerId, BreakerState};
+use super::breaker::{next_hold, Breaker, BreakerId, BreakerState, HoldRecord, Limited};
 use super::notify::Event;
 use super::state::{self, ActedCgroup, PersistedBreaker, ReleaseRequest, StateFile};
 use super::throttle::Throttle;
@@ -47,7 +47,7 @@ pub enum Command {
     Unpin(Pin),
     /// Write the state file. Every `Hold` after a `Persist` that failed is refused.
     Persist(StateFile),
-    /// A new hold: freeze or kill the cgroup at `rel` (`ino`: the inode it must still have).
+    /// A new hold: `action` on the cgroup at `rel` (`ino`: the inode it must still have).
     Hold {
         ticket: Ticket,
         action: ActionKind,
@@ -55,10 +55,29 @@ pub enum Command {
         ino: Option<u64>,
         /// The instance (container id) held, echoed in the report.
         instance: String,
+        /// What a limit is set to.
+        setting: Setting,
     },
     /// Undo one of our holds: always for real, whatever the mode.
-    Undo(ActedCgroup),
+    Undo(HoldRecord),
     Notify(Event),
+}
+
+/// What a limit action sets, chosen from the snapshot when it is decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Setting {
+    /// Freeze, kill and report take none.
+    None,
+    /// `throttle_memory`: `memory.high` at the working set.
+    Bytes(u64),
+    /// `limit_pids`: `pids.max` at the current count.
+    Tasks(u64),
+    /// `throttle_cpu`: this many cores.
+    Cores(f64),
+    /// `limit_connections`: connects per second, 0 refuses them all.
+    Connects(u32),
+    /// A limit held before a restart: the same value, and the value it first replaced.
+    Restore(Limited),
 }
 
 /// What a `Hold` was for, so its outcome can be settled.
@@ -70,6 +89,8 @@ pub enum Ticket {
     NewInstance(Key),
     /// A persisted hold re-applied after a restart.
     Restored(Key),
+    /// The next step of a breaker's ladder: the step before did not stop the symptom.
+    Escalate(Key),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -83,6 +104,8 @@ pub enum Report {
         outcome: Outcome,
         /// The cgroup, when it could be opened.
         cgroup: Option<ActedCgroup>,
+        /// The limit set, for a limit action that was done.
+        limited: Option<Limited>,
         instance: String,
     },
 }
@@ -373,13 +396,13 @@ impl Decider {
                     continue;
                 }
                 BreakerState::Open if b.action != ActionKind::Report => {
-                    // A restarted instance of a held workload is held too.
+                    // A restarted instance of a held workload is held too, at the same step.
+                    let action = b.action.for_new_instance();
                     for w in current {
                         let inst = w.container_id.clone().unwrap_or_default();
-                        let held = b
-                            .acted
-                            .iter()
-                            .any(|h| Some(h.cgroup.as_str()) == w.cgroup.as_deref());
+                        let at = |c: &ActedCgroup| Some(c.cgroup.as_str()) == w.cgroup.as_deref();
+                        let held =
+                            b.acted.iter().any(at) || b.limited.iter().any(|l| at(&l.cgroup));
                         if held || b.enforced.contains(&inst) {
                             continue;
                         }
@@ -388,19 +411,116 @@ impl Decider {
                         if let Some(rel) = w.cgroup.clone() {
                             holds.push(Command::Hold {
                                 ticket: Ticket::NewInstance(key.clone()),
-                                action: ActionKind::Freeze,
+                                action,
                                 rel,
                                 ino: None,
                                 instance: inst,
+                                setting: self.setting(action, w),
                             });
                         }
                     }
+                    changed |= self.verify_step(now, snap, &key, &mut b, out, holds);
                 }
                 _ => {}
             }
             self.breakers.insert(key, b);
         }
         changed
+    }
+
+    /// What a limit action sets on `w`, from the snapshot.
+    fn setting(&self, action: ActionKind, w: &WorkloadSignals) -> Setting {
+        let c = &self.cfg.containment;
+        match action {
+            ActionKind::ThrottleMemory => w
+                .memory
+                .as_ref()
+                .map_or(Setting::None, |m| Setting::Bytes(m.value.working_set_bytes)),
+            ActionKind::LimitPids => w
+                .pids
+                .as_ref()
+                .map_or(Setting::None, |p| Setting::Tasks(p.value.current.max(1))),
+            ActionKind::ThrottleCpu => Setting::Cores(c.cpu_cores),
+            ActionKind::LimitConnections => Setting::Connects(c.connects_per_second),
+            ActionKind::Freeze | ActionKind::Kill | ActionKind::Report => Setting::None,
+        }
+    }
+
+    /// A ladder's step, checked every `verify_after`: if the symptom grew since the last check
+    /// (by more than 2 %, the noise of a rate), the next step is applied on top (paced like a
+    /// trip). A step that holds it keeps holding it; a symptom that grows again later
+    /// escalates then.
+    fn verify_step(
+        &mut self,
+        now: Instant,
+        snap: &Snapshot,
+        key: &Key,
+        b: &mut Breaker,
+        out: &mut Vec<Command>,
+        holds: &mut Vec<Command>,
+    ) -> bool {
+        let rule = &self.cfg.rules[b.rule];
+        let Some(&next) = rule.ladder.get(b.step + 1) else {
+            return false;
+        };
+        if now.saturating_duration_since(b.step_since) < rule.verify_after {
+            return false;
+        }
+        let Some(value) = symptom(snap, rule, &b.id) else {
+            return false;
+        };
+        let grew = value > b.checked_value * 1.02 && value > b.checked_value;
+        if !grew {
+            b.checked_value = value;
+            b.step_since = now;
+            return false;
+        }
+        if let Err(why) = self.throttle.check(now) {
+            tracing::debug!(rule = %rule.name, why, "escalation deferred");
+            return false;
+        }
+        self.throttle.record(now);
+        let targets: Vec<&WorkloadSignals> = held_by(b, snap)
+            .into_iter()
+            .filter(|w| w.cgroup.is_some())
+            .collect();
+        let from = b.action;
+        b.step += 1;
+        b.action = next;
+        b.step_since = now;
+        b.checked_value = value;
+        b.value = value;
+        b.reason = format!(
+            "{}; still growing under {} ({} -> {}): {}",
+            b.reason
+                .split("; still growing under")
+                .next()
+                .unwrap_or_default(),
+            from.as_str(),
+            round(b.checked_value),
+            round(value),
+            next.as_str()
+        );
+        for w in targets {
+            if let Some(rel) = w.cgroup.clone() {
+                let action = if next == ActionKind::Kill {
+                    next
+                } else {
+                    next.for_new_instance()
+                };
+                holds.push(Command::Hold {
+                    ticket: Ticket::Escalate(key.clone()),
+                    action,
+                    rel,
+                    ino: None,
+                    instance: w.container_id.clone().unwrap_or_default(),
+                    setting: self.setting(action, w),
+                });
+            }
+        }
+        let e = self.event(b, "escalated", from.as_str(), Duration::ZERO);
+        out.push(Command::Notify(e));
+        true
     }
 
     fn trip(
@@ -503,6 +623,10 @@ impl Decider {
                 hold: hold.unwrap_or_default(),
                 trips: self.breakers.get(&key).map_or(0, |b| b.trips) + 1,
                 acted: Vec::new(),
+                limited: Vec::new(),
+                step: 0,
+                step_since: now,
+                checked_value: f.contributor_value.unwrap_or(f.value),
                 enforced: HashSet::new(),
                 spared_pods: snap
                     .workloads
@@ -546,6 +670,7 @@ impl Decider {
                     rel,
                     ino,
                     instance: w.container_id.clone().unwrap_or_default(),
+                    setting: self.setting(rule.action, w),
                 });
             }
             // Let go of the pinned cgroups once the holds have used them.
@@ -610,10 +735,11 @@ impl Decider {
                     ticket,
                     outcome,
                     cgroup,
+                    limited,
                     instance,
                 } => {
                     changed = true;
-                    self.settle_hold(ticket, outcome, cgroup, instance, &mut out);
+                    self.settle_hold(ticket, outcome, cgroup, limited, instance, &mut out);
                 }
             }
         }
@@ -631,26 +757,44 @@ impl Decider {
         ticket: Ticket,
         outcome: Outcome,
         cgroup: Option<ActedCgroup>,
+        limited: Option<Limited>,
         instance: String,
         out: &mut Vec<Command>,
     ) {
         let key = match &ticket {
-            Ticket::Trip(k) | Ticket::NewInstance(k) | Ticket::Restored(k) => k.clone(),
+            Ticket::Trip(k)
+            | Ticket::NewInstance(k)
+            | Ticket::Restored(k)
+            | Ticket::Escalate(k) => k.clone(),
         };
         let Some(mut b) = self.breakers.remove(&key) else {
-            // A restored hold whose breaker is gone must not stay frozen.
-            if let (Ticket::Restored(_), Outcome::Done, Some(c)) = (&ticket, &outcome, cgroup) {
-                out.push(Command::Undo(c));
+            // A hold whose breaker is gone meanwhile must not stay.
+            if outcome == Outcome::Done {
+                if let Some(l) = limited {
+                    out.push(Command::Undo(HoldRecord::Limited(l)));
+                } else if let Some(c) = cgroup {
+                    out.push(Command::Undo(HoldRecord::Frozen(c)));
+                }
             }
             return;
         };
+        // A limit that was set is the breaker's to restore, whatever the ticket.
+        if let (Outcome::Done, Some(l)) = (&outcome, &limited) {
+            // One record per cgroup and knob: a re-applied limit replaces its old record.
+            b.limited
+                .retain(|o| !(o.cgroup == l.cgroup && o.knob == l.knob));
+            b.limited.push(l.clone());
+        }
         // Every freeze that was done is the breaker's to undo: its trip's own, and the freeze of
         // a new or restored instance whatever the breaker's action (a kill rule freezes the next
         // instance).
-        let froze = match ticket {
-            Ticket::Trip(_) => b.action == ActionKind::Freeze,
-            Ticket::NewInstance(_) | Ticket::Restored(_) => true,
-        };
+        // A freeze: the trip's own, or a new, restored or escalated instance's (a kill rule
+        // freezes the next instance); never a limit's cgroup.
+        let froze = limited.is_none()
+            && match ticket {
+                Ticket::Trip(_) | Ticket::Escalate(_) => b.action == ActionKind::Freeze,
+                Ticket::NewInstance(_) | Ticket::Restored(_) => true,
+            };
         let frozen = outcome == Outcome::Done && froze;
         match ticket {
             Ticket::Trip(_) => {
@@ -665,9 +809,16 @@ impl Decider {
             // A cgroup gone before it could be opened: churn, nothing was tried.
             Ticket::NewInstance(_) if outcome == Outcome::Gone && cgroup.is_none() => {}
             Ticket::NewInstance(_) => {
-                self.count(b.rule, "freeze", outcome.as_str());
+                self.count(
+                    b.rule,
+                    b.action.for_new_instance().as_str(),
+                    outcome.as_str(),
+                );
                 let e = self.event(&b, "reapplied", outcome.as_str(), Duration::ZERO);
                 out.push(Command::Notify(e));
+            }
+            Ticket::Escalate(_) => {
+                self.count(b.rule, b.action.as_str(), outcome.as_str());
             }
             Ticket::Restored(_) => {
                 // Not ours to hold any more (replaced, protected, or no durable record): the
@@ -774,10 +925,31 @@ impl Decider {
     }
 }
 
-/// Undoes every hold of a breaker.
+/// Undoes every hold of a breaker: what it froze, and every limit it set.
 fn undo_all(b: &mut Breaker, out: &mut Vec<Command>) {
-    out.extend(b.acted.drain(..).map(Command::Undo));
+    out.extend(
+        b.acted
+            .drain(..)
+            .map(|c| Command::Undo(HoldRecord::Frozen(c))),
+    );
+    out.extend(
+        b.limited
+            .drain(..)
+            .map(|l| Command::Undo(HoldRecord::Limited(l))),
+    );
     b.enforced.clear();
+}
+
+/// The rule's symptom on what the breaker holds now: the largest value among its targets.
+fn symptom(snap: &Snapshot, rule: &crate::model::Rule, id: &BreakerId) -> Option<f64> {
+    let Condition::Threshold { signal, .. } = &rule.condition else {
+        return None;
+    };
+    crate::rule::observe::observe(snap, *signal)
+        .into_iter()
+        .filter(|o| !o.stale && covers(id, &o.key))
+        .map(|o| o.value)
+        .reduce(f64::max)
 }
 
 fn summarize(outcomes: &[Outcome]) -> String {

@@ -1,6 +1,7 @@
 //! The decider across restarts and reloads: what it writes to the state file, how it rebuilds
 //! from one, the fail-open shutdown, and a reloaded guard configuration.
 
+use super::super::breaker::Knob;
 use super::*;
 
 impl Decider {
@@ -10,7 +11,11 @@ impl Decider {
         let mut out: Vec<Command> = self
             .breakers
             .values()
-            .flat_map(|b| b.acted.iter().cloned().map(Command::Undo))
+            .flat_map(|b| {
+                let frozen = b.acted.iter().cloned().map(HoldRecord::Frozen);
+                frozen.chain(b.limited.iter().cloned().map(HoldRecord::Limited))
+            })
+            .map(Command::Undo)
             .collect();
         out.push(Command::Persist(self.state(now, wall)));
         out
@@ -39,14 +44,17 @@ impl Decider {
                 trips: b.trips,
                 acted: b.acted.clone(),
                 spared_pods: b.spared_pods.iter().cloned().collect(),
+                limited: b.limited.clone(),
+                step: b.step,
             })
             .collect();
         StateFile {
             version: state::VERSION,
             saved_at: unix(wall),
             breakers,
-            // The enforcer adds what it froze.
+            // The enforcer adds what it froze and limited.
             frozen: Vec::new(),
+            limits: Vec::new(),
         }
     }
 
@@ -68,7 +76,9 @@ impl Decider {
         for p in file.breakers {
             let Some(rule) = self.cfg.rules.iter().position(|r| r.name == p.rule) else {
                 tracing::warn!(rule = %p.rule, "a persisted breaker's rule no longer exists: dropping it");
-                out.extend(p.acted.into_iter().map(Command::Undo));
+                let frozen = p.acted.into_iter().map(HoldRecord::Frozen);
+                let limits = p.limited.into_iter().map(HoldRecord::Limited);
+                out.extend(frozen.chain(limits).map(Command::Undo));
                 continue;
             };
             let mut b = Breaker {
@@ -87,6 +97,12 @@ impl Decider {
                 hold: Duration::try_from_secs_f64(p.hold_seconds).unwrap_or(Duration::ZERO),
                 trips: p.trips,
                 acted: p.acted,
+                limited: p.limited,
+                step: p
+                    .step
+                    .min(self.cfg.rules[rule].ladder.len().saturating_sub(1)),
+                step_since: now,
+                checked_value: p.value,
                 enforced: HashSet::new(),
                 spared_pods: p.spared_pods.into_iter().collect(),
             };
@@ -100,6 +116,7 @@ impl Decider {
                 continue;
             }
             let acted = std::mem::take(&mut b.acted);
+            let limited = std::mem::take(&mut b.limited);
             let due = b.state == BreakerState::Open && b.hold_until.is_none_or(|t| t > now);
             let hold = due && b.action != ActionKind::Report && !self.cfg.dry_run;
             let key = (b.id.clone(), rule);
@@ -111,9 +128,26 @@ impl Decider {
                         rel: c.cgroup,
                         ino: Some(c.inode),
                         instance: String::new(),
+                        setting: Setting::None,
                     });
                 } else {
-                    out.push(Command::Undo(c));
+                    out.push(Command::Undo(HoldRecord::Frozen(c)));
+                }
+            }
+            // A limit is re-applied with its value and the value it first replaced (an agent
+            // killed mid-hold left ours in the knob).
+            for l in limited {
+                if hold {
+                    holds.push(Command::Hold {
+                        ticket: Ticket::Restored(key.clone()),
+                        action: limit_action(l.knob),
+                        rel: l.cgroup.cgroup.clone(),
+                        ino: None,
+                        instance: String::new(),
+                        setting: Setting::Restore(l),
+                    });
+                } else {
+                    out.push(Command::Undo(HoldRecord::Limited(l)));
                 }
             }
             let outcome = if !due {
@@ -171,7 +205,7 @@ impl Decider {
             let to = cfg.rules.iter().position(|n| n.name == *name);
             let why = match to {
                 None => Some("rule removed by a config reload"),
-                Some(i) if cfg.rules[i].action != b.action => {
+                Some(i) if !cfg.rules[i].ladder.contains(&b.action) => {
                     Some("rule's action changed by a config reload")
                 }
                 Some(_) => protected_now(&b).then_some("protected by a config reload"),
@@ -215,5 +249,15 @@ impl Decider {
         self.cfg = cfg;
         out.push(Command::Persist(self.state(now, wall)));
         out
+    }
+}
+
+/// The action that sets a knob.
+fn limit_action(knob: Knob) -> ActionKind {
+    match knob {
+        Knob::MemoryHigh => ActionKind::ThrottleMemory,
+        Knob::PidsMax => ActionKind::LimitPids,
+        Knob::CpuMax | Knob::CpuCfsQuota => ActionKind::ThrottleCpu,
+        Knob::Connect => ActionKind::LimitConnections,
     }
 }

@@ -1,5 +1,6 @@
 //! The decider alone: no filesystem, no cgroup, no clock but the instants passed in.
 use super::*;
+use crate::action::breaker::HoldRecord;
 use crate::config::Config;
 use crate::model::{LineCounts, WorkloadId};
 
@@ -67,6 +68,7 @@ fn held(ticket: Ticket, outcome: Outcome, ino: u64) -> Report {
         ticket,
         outcome,
         cgroup: Some(aaa(ino)),
+        limited: None,
         instance: "aaa".into(),
     }
 }
@@ -125,7 +127,7 @@ fn the_state_is_written_before_the_hold_and_the_hold_hits_the_pinned_inode() {
     // The hold ends: the undo is a command like any other, then the state.
     let cmds = d.decide(t0 + 16 * M, wall + 16 * M, &s, &[]);
     assert_eq!(&names(&cmds)[..2], &["undo", "notify"]);
-    assert_eq!(cmds[0], Command::Undo(aaa(42)));
+    assert_eq!(cmds[0], Command::Undo(HoldRecord::Frozen(aaa(42))));
 }
 
 #[test]
@@ -177,7 +179,7 @@ fn a_restore_in_dry_run_undoes_instead_of_holding() {
     let mut dry = decider(true);
     let cmds = dry.restore(t0 + 2 * M, wall + 2 * M, file);
     assert_eq!(names(&cmds), vec!["undo", "notify", "persist"]);
-    assert_eq!(cmds[0], Command::Undo(aaa(9)));
+    assert_eq!(cmds[0], Command::Undo(HoldRecord::Frozen(aaa(9))));
     let st = dry.status(t0 + 2 * M, wall + 2 * M);
     assert_eq!(st.breakers.len(), 1, "the breaker is kept");
     assert!(st.breakers[0].would_act);
@@ -216,7 +218,7 @@ fn a_reload_that_drops_a_rule_thaws_its_breakers() {
     let cfg = guard_cfg("guard:\n  dry_run: false\n  rules: []\n");
     let cmds = d.reconfigure(now, wall, cfg, vec![]);
     assert_eq!(names(&cmds), vec!["undo", "notify", "persist"]);
-    assert_eq!(cmds[0], Command::Undo(aaa(42)));
+    assert_eq!(cmds[0], Command::Undo(HoldRecord::Frozen(aaa(42))));
     let Command::Notify(e) = &cmds[1] else {
         unreachable!()
     };
@@ -243,7 +245,7 @@ fn a_reload_that_changes_a_threshold_keeps_the_hold() {
     assert_eq!(st.rules[1].above, 900.0);
     // The breaker follows its rule to its new index: its hold still ends, and thaws.
     let cmds = d.decide(now + 15 * M, wall + 15 * M, &flood(10), &[]);
-    assert_eq!(cmds[0], Command::Undo(aaa(42)));
+    assert_eq!(cmds[0], Command::Undo(HoldRecord::Frozen(aaa(42))));
 }
 
 #[test]

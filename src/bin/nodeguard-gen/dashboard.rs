@@ -195,7 +195,9 @@ fn rows() -> Vec<Row> {
                     .q("sum by (node) (nodeguard_guard_thaws_pending{@N})", "thaws pending {{node}}")
                     .q("sum by (node) (nodeguard_guard_held_cgroups{@N})", "held {{node}}")
                     .q("sum by (node) (nodeguard_guard_foreign_thaws_total{@N})", "foreign thaws {{node}}")
-                    .q("sum by (node) (nodeguard_guard_unclaimed_thaws_total{@N})", "unclaimed thaws {{node}}"),
+                    .q("sum by (node) (nodeguard_guard_unclaimed_thaws_total{@N})", "unclaimed thaws {{node}}")
+                    .q("sum by (node) (nodeguard_guard_limits_held{@N})", "limits held {{node}}")
+                    .q("sum by (node) (nodeguard_guard_limits_reasserted_total{@N})", "limits set again {{node}}"),
             ],
         },
         Row {

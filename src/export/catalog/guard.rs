@@ -202,4 +202,22 @@ pub const FAMILIES: &[Family<Published>] = &[
         section: S,
     }
     .with_rows(|s, out| node(s, out, |g| g.unclaimed_thaws_total)),
+    Meta {
+        name: "guard_limits_held",
+        ty: Gauge,
+        unit: None,
+        help: "Limits set by this agent now (memory.high, pids.max, CPU quota, connect filter), each restored when its hold ends.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| node(s, out, |g| g.limits_held)),
+    Meta {
+        name: "guard_limits_reasserted",
+        ty: Counter,
+        unit: None,
+        help: "Limits found rewritten by someone else (a kubelet resize, a restart) and set again; what they wrote is restored at the end.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| node(s, out, |g| g.limits_reasserted_total)),
 ];
