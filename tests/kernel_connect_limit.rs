@@ -8,40 +8,19 @@
 
 mod common;
 
+use common::net::echo_server;
+
 use common::{Container, Driver, TestNode};
 use nodeguard::action::connect_limit::{
     self, attached_ids, detach_all_ours, ConnectLimiter, Hook, Policy,
 };
 use nodeguard::discover::kubelet::QosClass;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const EPERM: i32 = nix::libc::EPERM;
-
-/// A line-echo server of the test's own (outside every test cgroup): one thread per connection,
-/// each ending at its peer's EOF or after 30 s of silence.
-fn echo_server(bind: &str) -> SocketAddr {
-    let l = TcpListener::bind(bind).unwrap_or_else(|e| panic!("bind {bind}: {e}"));
-    let addr = l.local_addr().expect("local addr");
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-                let mut r = BufReader::new(s);
-                let mut line = String::new();
-                while matches!(r.read_line(&mut line), Ok(n) if n > 0) {
-                    if r.get_mut().write_all(line.as_bytes()).is_err() {
-                        break;
-                    }
-                    line.clear();
-                }
-            });
-        }
-    });
-    addr
-}
 
 /// Detaches whatever of ours is left on the cgroups when a test ends, even by a panic (before
 /// `TestNode` removes them: declare it after the node).

@@ -110,7 +110,7 @@ pub fn node() -> Option<TestNode> {
         cannot_run(&format!("no cgroup hierarchy at {CGROUP_ROOT}"));
         return None;
     };
-    let mut hierarchies: Vec<PathBuf> = ["memory", "pids", "freezer"]
+    let mut hierarchies: Vec<PathBuf> = ["memory", "pids", "freezer", "cpu"]
         .iter()
         .filter_map(|c| layout.v1_controller(c))
         .collect();
@@ -247,7 +247,7 @@ impl TestNode {
                 dir = dir.join(parts[i - 1]);
             }
             let f = dir.join("cgroup.subtree_control");
-            for ctl in ["+memory", "+pids"] {
+            for ctl in ["+memory", "+pids", "+cpu"] {
                 std::fs::write(&f, ctl).unwrap_or_else(|e| panic!("{ctl} > {}: {e}", f.display()));
             }
         }

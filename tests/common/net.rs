@@ -341,3 +341,27 @@ impl Drop for Veth {
             .output();
     }
 }
+
+/// A line-echo server of the test's own (outside every test cgroup): one thread per connection,
+/// each ending at its peer's EOF or after 30 s of silence.
+pub fn echo_server(bind: &str) -> std::net::SocketAddr {
+    use std::io::{BufRead, Write};
+    let l = std::net::TcpListener::bind(bind).unwrap_or_else(|e| panic!("bind {bind}: {e}"));
+    let addr = l.local_addr().expect("local addr");
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                let mut r = std::io::BufReader::new(s);
+                let mut line = String::new();
+                while matches!(r.read_line(&mut line), Ok(n) if n > 0) {
+                    if r.get_mut().write_all(line.as_bytes()).is_err() {
+                        break;
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+    addr
+}

@@ -176,6 +176,9 @@ pub fn exhaust(addr: SocketAddr, max: usize) -> Result<(OpenSockets, usize), Str
 pub struct Hold {
     held: std::io::BufReader<TcpStream>,
     listener: SocketAddr,
+    /// Connections `open` keeps, and memory `alloc` keeps.
+    kept: Vec<TcpStream>,
+    memory: Vec<Vec<u8>>,
 }
 
 impl Hold {
@@ -200,17 +203,41 @@ impl Hold {
         Ok(Hold {
             held: std::io::BufReader::new(held),
             listener: local,
+            kept: Vec::new(),
+            memory: Vec::new(),
         })
     }
 
     /// `ping` (a request/response over the held connection), `connect ADDR` (a new TCP
     /// connection, closed at once), `udp ADDR` (a connected UDP socket sends one datagram),
-    /// `sendto ADDR` (an unconnected UDP send), `listener` (our listener's address). Answers
-    /// `<what> ok`, `<what> errno N` or `<what> error TEXT`.
+    /// `sendto ADDR` (an unconnected UDP send), `listener` (our listener's address); for the
+    /// containment tests (tests/kernel_contain.rs): `open ADDR N` (N new connections, kept;
+    /// answers how many were made before the first error), `fork` (one child that exits at
+    /// once), `spin MS` (a busy loop for MS ms of wall time; answers the CPU ms it got),
+    /// `alloc MB` (MB of memory touched and kept). Answers `<what> ok [n]`, `<what> errno N`
+    /// or `<what> error TEXT`.
     pub fn answer(&mut self, line: &str) -> String {
         let mut words = line.split_whitespace();
         let what = words.next().unwrap_or("");
-        let addr = words.next().and_then(|a| a.parse::<SocketAddr>().ok());
+        let arg = words.next();
+        let addr = arg.and_then(|a| a.parse::<SocketAddr>().ok());
+        let n: Option<u64> = words.next().or(arg).and_then(|x| x.parse().ok());
+        let counted = match (what, addr, n) {
+            ("open", Some(a), Some(n)) => Some(self.open(a, n)),
+            ("fork", _, _) => Some(fork_one().map(|()| 1)),
+            ("spin", _, Some(ms)) => Some(spin(ms)),
+            ("alloc", _, Some(mb)) => Some(self.alloc(mb)),
+            _ => None,
+        };
+        if let Some(r) = counted {
+            return match r {
+                Ok(n) => format!("{what} ok {n}"),
+                Err((done, e)) => match e.raw_os_error() {
+                    Some(no) => format!("{what} errno {no} after {done}"),
+                    None => format!("{what} error {e} after {done}"),
+                },
+            };
+        }
         let r = match (what, addr) {
             ("ping", _) => self.ping(),
             ("listener", _) => return format!("listener {}", self.listener),
@@ -229,6 +256,27 @@ impl Hold {
                 None => format!("{what} error {e}"),
             },
         }
+    }
+
+    /// `n` new connections, kept; how many were made, or the first error after how many.
+    fn open(&mut self, to: SocketAddr, n: u64) -> Result<u64, (u64, std::io::Error)> {
+        for i in 0..n.min(10_000) {
+            match TcpStream::connect_timeout(&to, NET_TIMEOUT) {
+                Ok(s) => self.kept.push(s),
+                Err(e) => return Err((i, e)),
+            }
+        }
+        Ok(n.min(10_000))
+    }
+
+    /// `mb` MiB more memory, every page touched, kept until exit.
+    fn alloc(&mut self, mb: u64) -> Result<u64, (u64, std::io::Error)> {
+        for i in 0..mb.min(4096) {
+            // 1 MiB at a time: memory.high throttles each fault as it comes.
+            self.memory.push(vec![0x5a; 1 << 20]);
+            let _ = i;
+        }
+        Ok(self.memory.len() as u64)
     }
 
     fn ping(&mut self) -> std::io::Result<()> {
@@ -263,4 +311,41 @@ fn echo_line(s: TcpStream) {
     if r.read_line(&mut line).is_ok() {
         let _ = r.get_mut().write_all(line.as_bytes());
     }
+}
+
+/// Forks one child that exits at once, and reaps it: whether the kernel lets the workload make
+/// one more task (`pids.max`).
+fn fork_one() -> Result<(), (u64, std::io::Error)> {
+    use nix::unistd::{fork, ForkResult};
+    // SAFETY: the child calls only `_exit`, which is async-signal-safe.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => unsafe { nix::libc::_exit(0) },
+        Ok(ForkResult::Parent { child }) => {
+            let _ = nix::sys::wait::waitpid(child, None);
+            Ok(())
+        }
+        Err(e) => Err((0, std::io::Error::from(e))),
+    }
+}
+
+/// Spins for `ms` of wall time; returns the CPU time (ms) this thread got meanwhile.
+fn spin(ms: u64) -> Result<u64, (u64, std::io::Error)> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let cpu = || {
+        getrusage(UsageWho::RUSAGE_THREAD)
+            .map(|u| {
+                let ms = |t: nix::sys::time::TimeVal| {
+                    t.tv_sec() as u64 * 1000 + t.tv_usec() as u64 / 1000
+                };
+                ms(u.user_time()) + ms(u.system_time())
+            })
+            .map_err(|e| (0, std::io::Error::from(e)))
+    };
+    let start = cpu()?;
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(ms.min(60_000));
+    let mut x: u64 = 1;
+    while std::time::Instant::now() < until {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    Ok(cpu()? - start)
 }
