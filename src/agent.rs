@@ -5,6 +5,7 @@
 
 use crate::action::cgroup::{CgroupActuator, Freezer};
 use crate::action::enforce::Enforcer;
+use crate::action::evidence::EvidenceRoots;
 use crate::action::guard::{Guard, Reach};
 use crate::action::limit::KnobRoots;
 use crate::action::notify::Notifier;
@@ -180,7 +181,12 @@ impl Agent {
             config.guard.state_file.clone(),
             Notifier::new(Some(config.guard.webhook_url.clone())),
         )
-        .with_knob_roots(KnobRoots::detect(&layout));
+        .with_knob_roots(KnobRoots::detect(&layout))
+        .with_evidence_roots(EvidenceRoots {
+            cgroup: layout.primary(),
+            proc: p.proc.clone(),
+            pod_logs: p.pod_logs.clone(),
+        });
         let guard = Guard::new(
             config.guard.clone(),
             clock.clone(),

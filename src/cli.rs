@@ -131,6 +131,13 @@ pub fn main() -> ExitCode {
                             b.id.namespace, b.pod, b.id.container, b.rule, b.state,
                             b.action.as_str(), fmt_unix(b.since), hold, b.trips, b.reason
                         );
+                        // Workload-chosen text (comms, log lines): escaped by the capture.
+                        if let Some(e) = &b.evidence {
+                            println!("    evidence: {}", e.summary());
+                            for l in &e.log_tail {
+                                println!("    log: {l}");
+                            }
+                        }
                     }
                     ExitCode::SUCCESS
                 }

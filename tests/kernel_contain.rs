@@ -254,6 +254,20 @@ fn limit_connections_stops_the_socket_growth_and_keeps_the_established_one() {
             .map_or(0, |s| s.value.tcp)
     };
     let at_trip = sockets(&p);
+    // The evidence read before the filter went on: the process, its sockets, their peer.
+    let ev = p.guard.as_ref().expect("guard").breakers[0]
+        .evidence
+        .clone()
+        .expect("evidence");
+    assert!(
+        ev.processes
+            .iter()
+            .any(|x| x.pid == r.pid && x.comm.starts_with("nodeguard-test")),
+        "{ev:?}"
+    );
+    assert_eq!(ev.tcp_sockets, 31, "30 opened and the held one: {ev:?}");
+    assert_eq!(ev.peers[0].peer, r.echo.to_string());
+    assert_eq!(ev.peers[0].sockets, 31);
     assert_eq!(
         connect_limit::attached_ids(&dir, connect_limit::Hook::Connect4)
             .expect("query")
@@ -304,6 +318,21 @@ fn a_ladder_escalates_from_limit_connections_to_freeze_when_the_flood_goes_on() 
     });
     assert_eq!(action_of(&p), "limit_connections");
     assert_eq!(r.n.freezer_state(&r.c), "THAWED");
+    // The last lines of its log are in the evidence, exactly as the file ends.
+    let ev = p.guard.as_ref().expect("guard").breakers[0]
+        .evidence
+        .clone()
+        .expect("evidence");
+    let log = std::fs::read_to_string(r.n.log_path(&r.c)).expect("log");
+    let last: Vec<&str> = log
+        .lines()
+        .rev()
+        .take(10)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    assert_eq!(ev.log_tail, last);
     // The flood does not depend on connects: it keeps growing, the next step follows.
     let p = r.tick_until("escalated", |r, p| {
         r.n.write_log(&r.c, "stderr", 200);

@@ -106,6 +106,8 @@ pub struct Breaker {
     pub step: usize,
     pub step_since: Instant,
     pub checked_value: f64,
+    /// Read just before the first action.
+    pub evidence: Option<crate::model::Evidence>,
     pub enforced: HashSet<String>,
     /// Sibling replicas of the same owner that were already running when it tripped: the
     /// breaker never holds them (it follows the tripped pod and pods created after it).

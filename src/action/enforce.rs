@@ -14,6 +14,7 @@
 use super::breaker::{HoldRecord, Knob, Limited};
 use super::cgroup::{CgroupActuator, CgroupHandle, Freezer};
 use super::decide::{Command, Pin, Report, Setting};
+use super::evidence::{self, EvidenceRoots};
 use super::limit::{self, KnobRoots};
 use super::lock::{NoHand, StateLock};
 use super::notify::Notifier;
@@ -167,6 +168,8 @@ pub struct Enforcer {
     limits: Limits,
     /// Where each knob lives on this host.
     roots: KnobRoots,
+    /// Where evidence is read (none: empty evidence).
+    evidence: Option<EvidenceRoots>,
     /// Limits whose restore failed, retried at every run.
     unrestored: BTreeMap<(ActedCgroup, Knob), Limited>,
     /// At start: limits a previous run set; those not re-held by `restore` are restored.
@@ -236,6 +239,7 @@ impl Enforcer {
             frozen: Ledger::default(),
             limits: Limits::default(),
             roots: KnobRoots::default(),
+            evidence: None,
             unrestored: BTreeMap::new(),
             limit_orphans: BTreeMap::new(),
             reasserted: 0,
@@ -256,6 +260,12 @@ impl Enforcer {
     /// the reason).
     pub fn with_knob_roots(mut self, roots: KnobRoots) -> Enforcer {
         self.roots = roots;
+        self
+    }
+
+    /// Where the evidence of a trip is read.
+    pub fn with_evidence_roots(mut self, roots: EvidenceRoots) -> Enforcer {
+        self.evidence = Some(roots);
         self
     }
 
@@ -434,6 +444,15 @@ impl Enforcer {
                 Command::Undo(HoldRecord::Limited(l)) if hand => self.restore_one(l),
                 Command::Notify(e) if hand => self.notifier.send(e),
                 Command::Undo(_) | Command::Notify(_) => {}
+                // Read-only: in every mode, with or without the lock.
+                Command::Capture { key, rel, log } => {
+                    let evidence = self
+                        .evidence
+                        .as_ref()
+                        .map(|roots| evidence::capture(roots, &rel, log.as_ref()))
+                        .unwrap_or_default();
+                    reports.push(Report::Captured { key, evidence });
+                }
             }
         }
         reports

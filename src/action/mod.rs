@@ -9,6 +9,7 @@ pub mod cgroup;
 pub mod connect_limit;
 pub mod decide;
 pub mod enforce;
+pub mod evidence;
 pub mod guard;
 pub mod limit;
 mod lock;

@@ -33,6 +33,9 @@ pub struct Event {
     pub dry_run: bool,
     pub node: String,
     pub reason: String,
+    /// Read at the trip (kept with the breaker: every later event of it carries it too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<crate::model::Evidence>,
 }
 
 pub struct Notifier {
@@ -75,6 +78,7 @@ impl Notifier {
             hold_seconds = ev.hold_seconds,
             dry_run = ev.dry_run,
             reason = %ev.reason,
+            evidence = %ev.evidence.as_ref().map(|e| e.summary()).unwrap_or_default(),
             "breaker {}", ev.transition
         );
         if let Some(tx) = &self.webhook {
@@ -104,6 +108,7 @@ pub fn alertmanager_body(ev: &Event) -> String {
             "action": ev.action,
             "outcome": ev.outcome,
             "dry_run": ev.dry_run.to_string(),
+            "evidence": ev.evidence.as_ref().map(|e| e.summary()).unwrap_or_default(),
         },
     }]);
     body.to_string()
@@ -193,6 +198,7 @@ mod tests {
             dry_run: false,
             node: "n".into(),
             reason: "r".into(),
+            evidence: None,
         }
     }
 

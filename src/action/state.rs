@@ -36,6 +36,8 @@ pub struct PersistedBreaker {
     /// The ladder's step in force.
     #[serde(default)]
     pub step: usize,
+    #[serde(default)]
+    pub evidence: Option<crate::model::Evidence>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -356,6 +358,7 @@ mod tests {
                     previous: "max".into(),
                 }],
                 step: 1,
+                evidence: None,
             }],
             frozen: vec![],
             limits: vec![],

@@ -124,6 +124,7 @@ fn hostile_snapshot() -> Published {
             hold_remaining_seconds: Some(3.0),
             trips_total: 2,
             would_act: true,
+            evidence: None,
         }],
         pending: vec![PendingView {
             namespace: names[1].clone(),

@@ -76,6 +76,8 @@ pub struct BreakerView {
     pub trips_total: u64,
     /// Dry run: the action this breaker would have taken.
     pub would_act: bool,
+    /// Captured at the trip.
+    pub evidence: Option<Evidence>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -85,4 +87,69 @@ pub struct PendingView {
     pub container: String,
     pub rule: String,
     pub seconds: f64,
+}
+
+/// What an owner needs to understand a trip, captured just before the action, bounded (a few
+/// KiB at most): kept with the breaker in the state file, shown by `nodeguard breakers` and
+/// `/api/state`, sent with the notification.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Evidence {
+    /// The cgroup's processes (at most 32): pid, parent pid, command name (escaped).
+    pub processes: Vec<EvidenceProcess>,
+    /// Remote peers of the TCP sockets its processes hold, most sockets first (at most 8).
+    pub peers: Vec<EvidencePeer>,
+    /// TCP sockets its processes hold (all of them, not only the top peers').
+    pub tcp_sockets: u64,
+    /// The last lines of the container's current log (at most 10, each cut at 256 bytes).
+    pub log_tail: Vec<String>,
+    /// `memory.events` and the first lines of `memory.stat` (each cut at 1 KiB).
+    pub memory_events: Option<String>,
+    pub memory_stat: Option<String>,
+}
+
+impl Evidence {
+    /// One line for a log line or an alert annotation: the processes, the top peers, the last
+    /// log line.
+    pub fn summary(&self) -> String {
+        let procs: Vec<String> = self
+            .processes
+            .iter()
+            .take(8)
+            .map(|p| format!("{} {}", p.pid, p.comm))
+            .collect();
+        let peers: Vec<String> = self
+            .peers
+            .iter()
+            .take(3)
+            .map(|p| format!("{} x{}", p.peer, p.sockets))
+            .collect();
+        let mut out = format!(
+            "{} processes [{}]; {} tcp sockets",
+            self.processes.len(),
+            procs.join(", "),
+            self.tcp_sockets
+        );
+        if !peers.is_empty() {
+            out.push_str(&format!(", top peers {}", peers.join(", ")));
+        }
+        if let Some(last) = self.log_tail.last() {
+            out.push_str(&format!("; last log line: {last}"));
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct EvidenceProcess {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct EvidencePeer {
+    /// `address:port` as the kernel shows it (IPv4 dotted, IPv6 bracketed).
+    pub peer: String,
+    pub sockets: u64,
 }

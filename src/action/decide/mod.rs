@@ -6,14 +6,15 @@
 //! enforcer, whose outcomes come back as [`Report`]s through [`Decider::settle`].
 
 use super::breaker::{next_hold, Breaker, BreakerId, BreakerState, HoldRecord, Limited};
+use super::evidence::LogOf;
 use super::notify::Event;
 use super::state::{self, ActedCgroup, PersistedBreaker, ReleaseRequest, StateFile};
 use super::throttle::Throttle;
 use super::Outcome;
 use crate::config::guard::GuardConfig;
 use crate::model::{
-    ActionKind, BreakerView, Condition, GuardStatus, Kind, PacingView, PendingView, RuleView,
-    Snapshot, WorkloadSignals,
+    ActionKind, BreakerView, Condition, Evidence, GuardStatus, Kind, PacingView, PendingView,
+    RuleView, Snapshot, WorkloadSignals,
 };
 use crate::rule::observe::Target;
 use crate::rule::{Evaluation, Firing, RuleEngine};
@@ -61,6 +62,12 @@ pub enum Command {
     /// Undo one of our holds: always for real, whatever the mode.
     Undo(HoldRecord),
     Notify(Event),
+    /// Read the evidence of a tripping breaker's cgroup (before its holds).
+    Capture {
+        key: Key,
+        rel: String,
+        log: Option<LogOf>,
+    },
 }
 
 /// What a limit action sets, chosen from the snapshot when it is decided.
@@ -107,6 +114,10 @@ pub enum Report {
         /// The limit set, for a limit action that was done.
         limited: Option<Limited>,
         instance: String,
+    },
+    Captured {
+        key: Key,
+        evidence: Evidence,
     },
 }
 
@@ -264,6 +275,7 @@ impl Decider {
             dry_run: self.cfg.dry_run,
             node: self.node.clone(),
             reason: b.reason.clone(),
+            evidence: b.evidence.clone(),
         }
     }
 
@@ -627,6 +639,7 @@ impl Decider {
                 step: 0,
                 step_since: now,
                 checked_value: f.contributor_value.unwrap_or(f.value),
+                evidence: None,
                 enforced: HashSet::new(),
                 spared_pods: snap
                     .workloads
@@ -640,6 +653,19 @@ impl Decider {
                 pending_for: f.pending_for,
                 outcomes: Vec::new(),
             };
+            // What the owner needs to understand it, read before anything is done to it.
+            if let Some(rel) = first.cgroup.clone() {
+                holds.push(Command::Capture {
+                    key: key.clone(),
+                    rel,
+                    log: first.pod_uid.as_ref().map(|uid| LogOf {
+                        namespace: first.id.namespace.clone(),
+                        pod: first.id.pod.clone(),
+                        pod_uid: uid.clone(),
+                        container: first.id.container.clone(),
+                    }),
+                });
+            }
             for w in &targets {
                 let Some(rel) = w.cgroup.clone() else {
                     continue;
@@ -729,6 +755,12 @@ impl Decider {
                 Report::Pinned { pin, cgroups } => {
                     if let Some(p) = self.pins.get_mut(&pin) {
                         *p = cgroups;
+                    }
+                }
+                Report::Captured { key, evidence } => {
+                    if let Some(b) = self.breakers.get_mut(&key) {
+                        b.evidence = Some(evidence);
+                        changed = true;
                     }
                 }
                 Report::Held {

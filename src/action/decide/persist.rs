@@ -46,6 +46,7 @@ impl Decider {
                 spared_pods: b.spared_pods.iter().cloned().collect(),
                 limited: b.limited.clone(),
                 step: b.step,
+                evidence: b.evidence.clone(),
             })
             .collect();
         StateFile {
@@ -103,6 +104,7 @@ impl Decider {
                     .min(self.cfg.rules[rule].ladder.len().saturating_sub(1)),
                 step_since: now,
                 checked_value: p.value,
+                evidence: p.evidence,
                 enforced: HashSet::new(),
                 spared_pods: p.spared_pods.into_iter().collect(),
             };

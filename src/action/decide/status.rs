@@ -26,6 +26,7 @@ impl Decider {
                     since: wall_of(now, wall, b.opened_at),
                     hold_remaining_seconds: b.hold_remaining(now).map(|d| d.as_secs_f64()),
                     trips_total: b.trips,
+                    evidence: b.evidence.clone(),
                     would_act: self.cfg.dry_run
                         && b.state == BreakerState::Open
                         && b.action != ActionKind::Report,

@@ -52,6 +52,7 @@ fn names(cmds: &[Command]) -> Vec<&'static str> {
             Command::Hold { .. } => "hold",
             Command::Undo(_) => "undo",
             Command::Notify(_) => "notify",
+            Command::Capture { .. } => "capture",
         })
         .collect()
 }
@@ -101,12 +102,13 @@ fn the_state_is_written_before_the_hold_and_the_hold_hits_the_pinned_inode() {
     let mut other = s.clone();
     other.workloads[0].container_id = Some("bbb".into());
     let cmds = d.decide(t0 + M, wall + M, &other, &[]);
-    assert_eq!(names(&cmds), vec!["persist", "hold", "unpin"]);
+    // Recorded, then the evidence read, then the hold.
+    assert_eq!(names(&cmds), vec!["persist", "capture", "hold", "unpin"]);
     let Command::Persist(file) = &cmds[0] else {
         unreachable!()
     };
     assert_eq!(file.breakers.len(), 1, "the breaker is recorded first");
-    let Command::Hold { ino, ticket, .. } = &cmds[1] else {
+    let Command::Hold { ino, ticket, .. } = &cmds[2] else {
         unreachable!()
     };
     assert_eq!(*ino, Some(42));
