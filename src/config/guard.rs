@@ -62,8 +62,23 @@ pub struct Protect {
 
 impl Default for Protect {
     fn default() -> Self {
+        // What a k3s cluster runs to keep itself up (docs/configuration.md, "protect").
         Protect {
-            namespaces: vec!["kube-system".into()],
+            namespaces: [
+                "kube-system",
+                "kube-public",
+                "kube-node-lease",
+                "longhorn-system",
+                "cert-manager",
+                "ingress-nginx",
+                "metallb-system",
+                "monitoring",
+                "victoria-metrics",
+                "argocd",
+                "flux-system",
+            ]
+            .map(String::from)
+            .to_vec(),
             workloads: vec![],
         }
     }
@@ -110,6 +125,8 @@ pub fn default_rules() -> Vec<RawRule> {
     vec![
         RawRule {
             clear_for: min(1),
+            action: RawActions(vec![ActionKind::ThrottleCpu, ActionKind::Freeze]),
+            verify_after: Some(Duration::from_secs(15)),
             ..threshold(
                 "log-flood",
                 SignalKind::LogLinesPerMinute,
@@ -124,7 +141,7 @@ pub fn default_rules() -> Vec<RawRule> {
             SignalKind::TcpSockets,
             5000.0,
             min(2),
-            ActionKind::Freeze,
+            ActionKind::LimitConnections,
             fifteen,
         ),
         threshold(
@@ -137,6 +154,8 @@ pub fn default_rules() -> Vec<RawRule> {
         ),
         RawRule {
             contributor_floor: Some(5000.0),
+            action: RawActions(vec![ActionKind::LimitConnections, ActionKind::Freeze]),
+            verify_after: Some(Duration::from_secs(15)),
             ..threshold(
                 "conntrack-pressure",
                 SignalKind::NodeConntrackFraction,
