@@ -183,15 +183,6 @@ fn count(log: &str, needle: &str) -> usize {
     log.lines().filter(|l| l.contains(needle)).count()
 }
 
-/// The kubelet restarts a container: the old cgroup goes, a new instance (new id, next log)
-/// runs one idle process.
-fn restart(n: &mut TestNode, prev: &Container) -> Container {
-    n.remove_cgroup(prev);
-    let next = n.container(&prev.pod, &prev.name, prev.restart + 1);
-    n.spawn(&next, &["idle"]);
-    next
-}
-
 // Finding 1: a kill rule's re-freeze of the next instance ends at hold end and at SIGTERM.
 #[test]
 fn a_kill_rules_refreeze_ends_at_hold_end_and_at_sigterm() {
@@ -202,7 +193,7 @@ fn a_kill_rules_refreeze_ends_at_hold_end_and_at_sigterm() {
             };
             let mut agent = r.start();
             let took = r.flood_until(&agent, "killed", |r| r.n.procs(&r.relay).is_empty());
-            let next = restart(&mut r.n, &r.relay);
+            let next = r.n.restart(&r.relay);
             r.wait_frozen(
                 &next,
                 true,

@@ -861,15 +861,6 @@ fn sigterm_thaws_and_a_restarted_agent_reapplies_the_hold() {
 // 4. A restart loop on real cgroups.
 // ---------------------------------------------------------------------------------------------
 
-/// kubelet restarts the container: the old instance (thawed first, as a runtime must) is stopped
-/// and its cgroup removed; a new one with a new id and the next log number starts.
-fn restart(n: &mut TestNode, prev: &Container) -> Container {
-    n.remove_cgroup(prev);
-    let next = n.container(&prev.pod, &prev.name, prev.restart + 1);
-    n.spawn(&next, &["idle"]);
-    next
-}
-
 #[test]
 fn restart_loop_on_real_cgroups() {
     let Some(mut n) = common::node() else { return };
@@ -886,7 +877,7 @@ fn restart_loop_on_real_cgroups() {
     // Burst 1: two restarts within the burst window. One burst is recovery.
     let b1 = Instant::now();
     for k in 1..=2u64 {
-        inst = restart(&mut n, &inst);
+        inst = n.restart(&inst);
         let s = agent.tick();
         let w = find(&s, "feeds", BACKEND, "relay");
         assert_eq!(w.restarts_total, k);
@@ -908,11 +899,11 @@ fn restart_loop_on_real_cgroups() {
     }
     // Burst 2: the loop trips at its second restart; the instance present then is frozen.
     let b2 = Instant::now();
-    inst = restart(&mut n, &inst);
+    inst = n.restart(&inst);
     let s = agent.tick();
     assert!(guard(&s).breakers.is_empty(), "restart 3");
     assert_eq!(n.freezer_state(&inst), "THAWED");
-    inst = restart(&mut n, &inst);
+    inst = n.restart(&inst);
     let s = agent.tick();
     let burst = b2.elapsed();
     assert!(
@@ -947,7 +938,7 @@ fn restart_loop_on_real_cgroups() {
 
     // kubelet restarts the frozen container (its liveness probe fails): the new instance is
     // frozen as soon as it appears.
-    inst = restart(&mut n, &inst);
+    inst = n.restart(&inst);
     let s = agent.tick();
     assert_eq!(n.freezer_state(&inst), "FROZEN", "the next instance");
     let g = guard(&s);

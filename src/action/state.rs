@@ -175,7 +175,6 @@ pub fn quarantine(path: &Path, unix_now: u64) -> std::io::Result<PathBuf> {
 /// a sequence number), created exclusively and without following symlinks, so neither a second
 /// writer nor a link planted beside it can redirect or interleave the write.
 pub fn save(path: &Path, state: &StateFile) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     use std::sync::atomic::{AtomicU64, Ordering};
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -186,24 +185,33 @@ pub fn save(path: &Path, state: &StateFile) -> std::io::Result<()> {
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
-    let written = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-            .open(&tmp)?;
-        let body = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
-        f.write_all(&body)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
+    let written = serde_json::to_vec_pretty(state)
+        .map_err(std::io::Error::other)
+        .and_then(|body| write_new(&tmp, &body, true))
+        .and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = written {
         // A full disk must not also fill up with our half-written temp files.
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// Writes a new file exclusively (never one that exists, never through a link), fsynced when
+/// asked: the temp files of the state and of release requests.
+fn write_new(path: &Path, body: &[u8], sync: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(path)?;
+    f.write_all(body)?;
+    if sync {
+        f.sync_all()?;
+    }
+    Ok(())
 }
 
 /// `.<name>.tmp.`: what every temp file of `path` starts with.
@@ -263,17 +271,10 @@ pub fn request_release(state_path: &Path, req: &ReleaseRequest) -> std::io::Resu
         .unwrap_or(0);
     let path = dir.join(format!("{nanos}-{}.json", std::process::id()));
     let tmp = dir.join(format!(".{nanos}-{}.tmp", std::process::id()));
-    let written = (|| {
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-            .open(&tmp)?;
-        f.write_all(&serde_json::to_vec(req).map_err(std::io::Error::other)?)?;
-        std::fs::rename(&tmp, &path)
-    })();
+    let written = serde_json::to_vec(req)
+        .map_err(std::io::Error::other)
+        .and_then(|body| write_new(&tmp, &body, false))
+        .and_then(|()| std::fs::rename(&tmp, &path));
     if let Err(e) = written {
         // Nothing half-written is left for the agent (or a full disk) to keep.
         let _ = std::fs::remove_file(&tmp);

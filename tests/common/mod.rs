@@ -707,6 +707,16 @@ impl TestNode {
         }
     }
 
+    /// The kubelet restarts a container: the old instance (thawed first, as a runtime must) is
+    /// stopped and its cgroup removed; a new one with a new id and the next log number runs one
+    /// idle process.
+    pub fn restart(&mut self, prev: &Container) -> Container {
+        self.remove_cgroup(prev);
+        let next = self.container(&prev.pod, &prev.name, prev.restart + 1);
+        self.spawn(&next, &["idle"]);
+        next
+    }
+
     /// Stops what runs in a container's cgroup and removes the cgroup, as the runtime does.
     pub fn remove_cgroup(&mut self, c: &Container) {
         // A frozen process cannot exit (nor die of SIGKILL on v1): thaw first.
