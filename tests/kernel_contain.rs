@@ -225,7 +225,9 @@ fn throttle_memory_holds_the_working_set_without_an_oom_kill() {
         .expect("page size") as u64;
     assert_eq!(high, ws / page * page, "memory.high at the working set");
     let events = key(&r.read(&root, "memory.events"), "high");
-    assert_eq!(r.ask("alloc 64"), "alloc ok 80");
+    // A little past the working set: without swap the kernel can only slow it (up to 2 s per
+    // 64 pages over), so a large allocation would take minutes.
+    assert_eq!(r.ask("alloc 1"), "alloc ok 17");
     let after = r.read(&root, "memory.events");
     assert!(key(&after, "high") > events, "{after}");
     assert_eq!(key(&after, "oom_kill"), 0, "throttled, not killed");

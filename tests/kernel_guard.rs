@@ -746,7 +746,18 @@ fn sigterm_thaws_and_a_restarted_agent_reapplies_the_hold() {
     let (code, out) = cli(&config, &["breakers"]);
     assert_eq!(code, 0, "{out}");
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 2, "{out}");
+    // The breaker, its reason, then the evidence read at the trip: the process, and the last
+    // lines the container logged (all that follows is its log).
+    assert!(lines.len() >= 3, "{out}");
+    assert!(
+        lines[2].starts_with("    evidence: 1 processes [")
+            && lines[2].contains("nodeguard-testl]; 0 tcp sockets; last log line: "),
+        "{out}"
+    );
+    assert!(
+        lines[3..].iter().all(|l| l.starts_with("    log: ")),
+        "{out}"
+    );
     assert!(
         lines[0].starts_with(&format!(
             "feeds/{BACKEND}/relay  rule=log-flood state=Open action=freeze since="
