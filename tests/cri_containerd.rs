@@ -252,6 +252,7 @@ fn containerd_over_cri() {
         Spec {
             args: &["--until-term", "alloc", &(64 * MIB).to_string()],
             memory_limit: Some(256 * MIB),
+            ..Default::default()
         },
     );
     let reaper = ctd.run_container(
@@ -312,6 +313,7 @@ fn containerd_over_cri() {
         Spec {
             args: &oom_args,
             memory_limit: Some(32 * MIB),
+            ..Default::default()
         },
     );
     let worker = ctd.run_container(
@@ -322,6 +324,7 @@ fn containerd_over_cri() {
         Spec {
             args: &["--until-term", "oom-child-hold", &(256 * MIB).to_string()],
             memory_limit: Some(48 * MIB),
+            ..Default::default()
         },
     );
     let st = ctd.wait_exited(&b0);
@@ -573,6 +576,7 @@ fn containerd_over_cri() {
         Spec {
             args: &oom_args,
             memory_limit: Some(32 * MIB),
+            ..Default::default()
         },
     );
     let st = ctd.wait_exited(&b1);
@@ -600,6 +604,7 @@ fn containerd_over_cri() {
         Spec {
             args: &["--until-term", "idle"],
             memory_limit: Some(32 * MIB),
+            ..Default::default()
         },
     );
     ctd.wait_log(&b2, "ready ");

@@ -10,6 +10,8 @@
 //! started is stopped, any shim still serving our socket is killed, the mounts under the temp dir
 //! are detached and the cgroups under the parent are removed in every hierarchy.
 
+#![allow(dead_code)]
+
 use crate::common::{Container, Driver, Pod, TestNode, TESTLOAD};
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
@@ -33,6 +35,8 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// The shims' socket dir is fixed in containerd 1.6 (`/run/containerd/s/<hash of our address>`).
 const SHIM_RUN_DIR: &str = "/run/containerd";
 const CONTAINER_EXITED: i32 = 2;
+/// A probe's client-side deadline beyond its own timeout (the kubelet allows 2 min).
+const PROBE_SLACK: Duration = Duration::from_secs(10);
 
 /// Why the containerd tier cannot run here, if it cannot: root and the tools are needed.
 pub fn unavailable() -> Option<String> {
@@ -102,6 +106,8 @@ pub struct CriContainer {
 /// What a container runs and is given.
 #[derive(Default)]
 pub struct Spec<'a> {
+    /// Replaces the image's entrypoint when not empty (the pod spec's `command`).
+    pub command: &'a [&'a str],
     pub args: &'a [&'a str],
     pub memory_limit: Option<u64>,
 }
@@ -315,6 +321,7 @@ impl Containerd {
                 image: IMAGE.into(),
                 ..Default::default()
             }),
+            command: spec.command.iter().map(|a| a.to_string()).collect(),
             args: spec.args.iter().map(|a| a.to_string()).collect(),
             log_path: format!("{name}/{attempt}.log"),
             linux: Some(cri::LinuxContainerConfig {
@@ -421,6 +428,112 @@ impl Containerd {
             String::from_utf8_lossy(&r.stderr)
         );
         String::from_utf8_lossy(&r.stdout).into_owned()
+    }
+
+    /// One exec liveness probe as the kubelet's prober runs it: ExecSync with the probe's
+    /// `timeout` (whole seconds, at least 1, as the CRI takes it) on its own thread and
+    /// connection, bounded on the client side by `timeout + PROBE_SLACK` (the kubelet allows
+    /// `timeout + 2 min`), calling `during` meanwhile (agent ticks go on while a probe hangs).
+    /// The verdict as the kubelet's exec prober reads it, and how long the call took.
+    pub fn probe_while(
+        &self,
+        c: &CriContainer,
+        cmd: &[String],
+        timeout: Duration,
+        mut during: impl FnMut(),
+    ) -> (ProbeResult, Duration) {
+        let t0 = Instant::now();
+        let sock = self.socket();
+        let secs = timeout.as_secs().max(1);
+        let req = cri::ExecSyncRequest {
+            container_id: c.id.clone(),
+            cmd: cmd.to_vec(),
+            timeout: secs as i64,
+        };
+        let deadline = Duration::from_secs(secs) + PROBE_SLACK;
+        let call = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| ProbeResult::Unknown(e.to_string()))?;
+            let ch = connect(&rt, &sock).map_err(|e| ProbeResult::Unknown(e.to_string()))?;
+            let mut rs = RuntimeServiceClient::new(ch);
+            rt.block_on(async {
+                match tokio::time::timeout(deadline, rs.exec_sync(req)).await {
+                    Ok(Ok(r)) => Ok(r.into_inner()),
+                    // The kubelet reads DeadlineExceeded as the probe's timeout: a failure.
+                    Ok(Err(s)) if s.code() == tonic::Code::DeadlineExceeded => {
+                        Err(ProbeResult::TimedOut(s.message().to_owned()))
+                    }
+                    Ok(Err(s)) => Err(ProbeResult::Unknown(format!(
+                        "{:?}: {}",
+                        s.code(),
+                        s.message()
+                    ))),
+                    Err(_) => Err(ProbeResult::TimedOut(format!(
+                        "no answer in {deadline:?} (client deadline)"
+                    ))),
+                }
+            })
+        });
+        // Bounded by the client deadline above.
+        while !call.is_finished() {
+            during();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let r = match call.join() {
+            Ok(Ok(r)) if r.exit_code == 0 => ProbeResult::Success,
+            Ok(Ok(r)) => ProbeResult::Failed(r.exit_code),
+            Ok(Err(r)) => r,
+            Err(_) => panic!("probe thread panicked"),
+        };
+        (r, t0.elapsed())
+    }
+
+    /// StopContainer with a grace period (the kubelet's kill) on its own thread and connection,
+    /// bounded on the client side by the grace period plus `CALL_TIMEOUT`, calling `during`
+    /// meanwhile; how long it took.
+    pub fn kill_container_while(
+        &self,
+        c: &CriContainer,
+        grace: Duration,
+        mut during: impl FnMut(),
+    ) -> Duration {
+        let t0 = Instant::now();
+        let sock = self.socket();
+        let req = cri::StopContainerRequest {
+            container_id: c.id.clone(),
+            timeout: grace.as_secs() as i64,
+        };
+        let bound = grace + CALL_TIMEOUT;
+        let call = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            let ch = connect(&rt, &sock).map_err(|e| e.to_string())?;
+            let mut rs = RuntimeServiceClient::new(ch);
+            rt.block_on(async {
+                match tokio::time::timeout(bound, rs.stop_container(req)).await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(s)) => Err(s.to_string()),
+                    Err(_) => Err(format!("no answer in {bound:?}")),
+                }
+            })
+        });
+        // Bounded by the call's own timeout.
+        while !call.is_finished() {
+            during();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        match call.join() {
+            Ok(Ok(())) => t0.elapsed(),
+            Ok(Err(e)) => panic!(
+                "CRI StopContainer: {e}\ncontainerd log tail:\n{}",
+                tail(&self.log_text(), 30)
+            ),
+            Err(_) => panic!("StopContainer thread panicked"),
+        }
     }
 
     /// Kubelet garbage collection of a dead container: its log file and link, then the container.
@@ -658,6 +771,8 @@ impl Containerd {
 
 impl Drop for Containerd {
     fn drop(&mut self) {
+        // A container left frozen (a failed test, a hold not released) cannot die on v1.
+        thaw_tree(&format!("/{}", self.parent));
         if self.child.is_some() {
             self.remove_all_sandboxes();
         }
@@ -678,6 +793,324 @@ impl Drop for Containerd {
                 let _ = std::fs::remove_dir(d);
             }
         }
+    }
+}
+
+// === a kubelet's liveness prober and restarter ===
+
+/// What the kubelet's exec prober makes of one ExecSync (pkg/probe/exec, remote runtime).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProbeResult {
+    Success,
+    /// The command exited with this code: a failure.
+    Failed(i32),
+    /// DeadlineExceeded, from the runtime's own timeout or the client's deadline: a failure.
+    TimedOut(String),
+    /// Any other error: the kubelet's prober says `Unknown` and its worker throws the result
+    /// away, neither a success nor a failure.
+    Unknown(String),
+    /// An HTTP probe's connection failed (refused, reset): a failure.
+    HttpError(String),
+}
+
+impl ProbeResult {
+    pub fn is_failure(&self) -> bool {
+        matches!(
+            self,
+            ProbeResult::Failed(_) | ProbeResult::TimedOut(_) | ProbeResult::HttpError(_)
+        )
+    }
+}
+
+/// One HTTP GET as the kubelet's prober sends it, from the network namespace `netns`, on its
+/// own thread (setns changes only that thread), bounded by `timeout` as a whole.
+fn http_probe_while(
+    netns: &Path,
+    port: u16,
+    path: &str,
+    timeout: Duration,
+    mut during: impl FnMut(),
+) -> (ProbeResult, Duration) {
+    use std::io::{Read, Write};
+    let t0 = Instant::now();
+    let netns = netns.to_path_buf();
+    let path = path.to_owned();
+    let call = std::thread::spawn(move || -> Result<u16, (bool, String)> {
+        let f = std::fs::File::open(&netns)
+            .map_err(|e| (false, format!("{}: {e}", netns.display())))?;
+        nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(|e| (false, format!("setns: {e}")))?;
+        let deadline = Instant::now() + timeout;
+        let left = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        };
+        let timed_out = |e: std::io::Error| {
+            let t = matches!(
+                e.kind(),
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+            );
+            (t, e.to_string())
+        };
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let mut s = std::net::TcpStream::connect_timeout(&addr, left()).map_err(timed_out)?;
+        s.set_write_timeout(Some(left())).map_err(timed_out)?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: kube-probe/1.30\r\nConnection: close\r\n\r\n")
+            .map_err(timed_out)?;
+        let mut head = Vec::new();
+        let mut buf = [0u8; 256];
+        while !head.windows(2).any(|w| w == b"\r\n") {
+            s.set_read_timeout(Some(left())).map_err(timed_out)?;
+            let k = s.read(&mut buf).map_err(timed_out)?;
+            if k == 0 || Instant::now() >= deadline {
+                break;
+            }
+            head.extend_from_slice(&buf[..k]);
+        }
+        String::from_utf8_lossy(&head)
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or((
+                false,
+                format!("no status line: {:?}", String::from_utf8_lossy(&head)),
+            ))
+    });
+    // Bounded by the timeout above.
+    while !call.is_finished() {
+        during();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let r = match call.join() {
+        Ok(Ok(code)) if (200..400).contains(&code) => ProbeResult::Success,
+        Ok(Ok(code)) => ProbeResult::Failed(i32::from(code)),
+        Ok(Err((true, e))) => ProbeResult::TimedOut(e),
+        Ok(Err((false, e))) => ProbeResult::HttpError(e),
+        Err(_) => panic!("HTTP probe thread panicked"),
+    };
+    (r, t0.elapsed())
+}
+
+/// A container's exec liveness probe and its restart (policy Always), as a pod spec gives them.
+#[derive(Debug, Clone)]
+pub enum Probe {
+    /// `exec`: ExecSync of this command; exit 0 passes.
+    Exec(Vec<String>),
+    /// `httpGet` on this port and path: a status in 200..400 passes. Sent from the pod's
+    /// network namespace to its loopback (the test host has no route to the pod's address).
+    Http { port: u16, path: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct Liveness {
+    pub probe: Probe,
+    pub initial_delay: Duration,
+    pub period: Duration,
+    /// `timeoutSeconds` (the CRI takes whole seconds, at least 1).
+    pub timeout: Duration,
+    pub failure_threshold: u32,
+    /// `terminationGracePeriodSeconds`: StopContainer's timeout on a liveness kill.
+    pub grace: Duration,
+    /// Crash-loop back-off before every restart but the first, doubling up to `backoff_max`
+    /// (the kubelet's 10 s and 5 min, scaled down by the tests).
+    pub backoff: Duration,
+    pub backoff_max: Duration,
+}
+
+/// One thing the kubelet-like loop did, and when.
+#[derive(Debug, Clone)]
+pub enum KubeletEvent {
+    Probe {
+        attempt: u32,
+        result: ProbeResult,
+        took: Duration,
+        /// Consecutive failures after this probe.
+        failures: u32,
+    },
+    /// The liveness kill: StopContainer with the grace period, and the exit it led to.
+    Killed {
+        attempt: u32,
+        took: Duration,
+        exit_code: i32,
+        reason: String,
+    },
+    /// The next instance, `attempt = restartCount + 1`, in the same sandbox.
+    Started { attempt: u32, id: String },
+}
+
+/// The kubelet's handling of one container of a pod: probes every `period` (consecutive
+/// failures counted, an `Unknown` result thrown away), the kill at `failure_threshold`, then
+/// the restart with `restartCount + 1` after the back-off. Driven by the test's loop (`step`):
+/// nothing runs on its own.
+pub struct Kubelet {
+    pub liveness: Liveness,
+    command: Vec<String>,
+    args: Vec<String>,
+    /// The pod's network namespace, where HTTP probes are sent from.
+    netns: PathBuf,
+    pub current: CriContainer,
+    /// Instances killed so far, oldest first.
+    pub dead: Vec<CriContainer>,
+    pub restart_count: u32,
+    failures: u32,
+    next_probe: Instant,
+    restart_at: Option<Instant>,
+    next_backoff: Duration,
+    pub events: Vec<(Instant, KubeletEvent)>,
+}
+
+impl Kubelet {
+    /// Creates and starts attempt 0 of `name` running `command` (empty: the image's
+    /// entrypoint) with `args`.
+    pub fn start(
+        ctd: &mut Containerd,
+        node: &TestNode,
+        pod: &CriPod,
+        name: &str,
+        (command, args): (&[&str], &[&str]),
+        liveness: Liveness,
+    ) -> Kubelet {
+        let netns = PathBuf::from(format!("/proc/{}/ns/net", ctd.sandbox_pid(node, pod)));
+        let current = ctd.run_container(
+            node,
+            pod,
+            name,
+            0,
+            Spec {
+                command,
+                args,
+                ..Default::default()
+            },
+        );
+        let now = Instant::now();
+        Kubelet {
+            next_probe: now + liveness.initial_delay,
+            liveness,
+            netns,
+            command: command.iter().map(|a| a.to_string()).collect(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            events: vec![(
+                now,
+                KubeletEvent::Started {
+                    attempt: 0,
+                    id: current.id.clone(),
+                },
+            )],
+            current,
+            dead: Vec::new(),
+            restart_count: 0,
+            failures: 0,
+            restart_at: None,
+            next_backoff: Duration::ZERO,
+        }
+    }
+
+    /// One pass: a restart that is due, or a probe that is due (and the kill if it reaches
+    /// the threshold). `during` runs while a CRI call is in flight. The events of this pass.
+    pub fn step(
+        &mut self,
+        ctd: &mut Containerd,
+        node: &TestNode,
+        pod: &CriPod,
+        mut during: impl FnMut(),
+    ) -> Vec<KubeletEvent> {
+        let first = self.events.len();
+        let now = Instant::now();
+        if let Some(at) = self.restart_at {
+            if now >= at {
+                self.restart(ctd, node, pod);
+            }
+        } else if now >= self.next_probe {
+            let (result, took) = match &self.liveness.probe {
+                Probe::Exec(cmd) => {
+                    ctd.probe_while(&self.current, cmd, self.liveness.timeout, &mut during)
+                }
+                Probe::Http { port, path } => {
+                    http_probe_while(&self.netns, *port, path, self.liveness.timeout, &mut during)
+                }
+            };
+            match &result {
+                ProbeResult::Success => self.failures = 0,
+                r if r.is_failure() => self.failures += 1,
+                _ => {}
+            }
+            // The kubelet's worker runs every period, from the start of the last run.
+            self.next_probe = now + self.liveness.period;
+            self.log(KubeletEvent::Probe {
+                attempt: self.current.attempt,
+                result,
+                took,
+                failures: self.failures,
+            });
+            if self.failures >= self.liveness.failure_threshold {
+                self.kill(ctd, &mut during);
+            }
+        }
+        self.events[first..]
+            .iter()
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+
+    /// One probe now, outside the count (the test's control that the probe itself works).
+    pub fn probe_now(&self, ctd: &Containerd) -> ProbeResult {
+        match &self.liveness.probe {
+            Probe::Exec(cmd) => {
+                ctd.probe_while(&self.current, cmd, self.liveness.timeout, || {})
+                    .0
+            }
+            Probe::Http { port, path } => {
+                http_probe_while(&self.netns, *port, path, self.liveness.timeout, || {}).0
+            }
+        }
+    }
+
+    fn log(&mut self, e: KubeletEvent) {
+        self.events.push((Instant::now(), e));
+    }
+
+    fn kill(&mut self, ctd: &Containerd, during: &mut impl FnMut()) {
+        let took = ctd.kill_container_while(&self.current, self.liveness.grace, during);
+        let st = ctd.wait_exited(&self.current);
+        self.log(KubeletEvent::Killed {
+            attempt: self.current.attempt,
+            took,
+            exit_code: st.exit_code,
+            reason: st.reason,
+        });
+        self.failures = 0;
+        self.restart_at = Some(Instant::now() + self.next_backoff);
+        self.next_backoff = if self.next_backoff.is_zero() {
+            self.liveness.backoff
+        } else {
+            (self.next_backoff * 2).min(self.liveness.backoff_max)
+        };
+    }
+
+    fn restart(&mut self, ctd: &mut Containerd, node: &TestNode, pod: &CriPod) {
+        self.restart_at = None;
+        self.restart_count += 1;
+        let command: Vec<&str> = self.command.iter().map(String::as_str).collect();
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let next = ctd.run_container(
+            node,
+            pod,
+            &self.current.name.clone(),
+            self.restart_count,
+            Spec {
+                command: &command,
+                args: &args,
+                ..Default::default()
+            },
+        );
+        let old = std::mem::replace(&mut self.current, next);
+        self.dead.push(old);
+        self.next_probe = Instant::now() + self.liveness.initial_delay;
+        self.log(KubeletEvent::Started {
+            attempt: self.restart_count,
+            id: self.current.id.clone(),
+        });
     }
 }
 
@@ -872,6 +1305,38 @@ pub fn remove_tree(rel: &str) {
     }
 }
 
+/// Thaws `rel` and every cgroup below it in the v1 freezer and the unified tree, if frozen.
+fn thaw_tree(rel: &str) {
+    for (h, file, thawed) in [
+        ("freezer", "freezer.state", "THAWED"),
+        ("unified", "cgroup.freeze", "0"),
+        ("", "cgroup.freeze", "0"),
+    ] {
+        let top = Path::new(CGROUP_ROOT)
+            .join(h)
+            .join(rel.trim_start_matches('/'));
+        thaw_dir_tree(&top, file, thawed);
+    }
+}
+
+fn thaw_dir_tree(p: &Path, file: &str, thawed: &str) {
+    let f = p.join(file);
+    let frozen =
+        std::fs::read_to_string(&f).is_ok_and(|t| matches!(t.trim(), "FROZEN" | "FREEZING" | "1"));
+    if frozen {
+        if let Err(e) = std::fs::write(&f, thawed) {
+            eprintln!("cleanup: cannot thaw {}: {e}", f.display());
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(p) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                thaw_dir_tree(&e.path(), file, thawed);
+            }
+        }
+    }
+}
+
 fn remove_dir_tree(p: &Path) {
     if let Ok(rd) = std::fs::read_dir(p) {
         for e in rd.flatten() {
@@ -945,7 +1410,7 @@ pub fn build_images(dir: &Path) -> PathBuf {
         std::fs::create_dir_all(rootfs.join(d)).expect("rootfs dir");
     }
     copy_in(&rootfs, Path::new("/bin/busybox"), "/bin/busybox");
-    for applet in ["sh", "cat", "sleep", "ls"] {
+    for applet in ["sh", "cat", "sleep", "ls", "httpd"] {
         std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).expect("applet");
     }
     let testload = Path::new(TESTLOAD);
