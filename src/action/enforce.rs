@@ -175,6 +175,10 @@ pub struct Enforcer {
     /// At start: limits a previous run set; those not re-held by `restore` are restored.
     limit_orphans: BTreeMap<(ActedCgroup, Knob), Limited>,
     reasserted: u64,
+    /// Held cgroups seen thawed once: a runtime thaws a frozen container it is about to kill
+    /// (runc, for 10-30 ms before it removes the cgroup), so a thaw counts only if the cgroup is
+    /// still there, still thawed, at the next tick.
+    thawed_once: BTreeSet<ActedCgroup>,
     /// Open handles: a held directory keeps its inode, so a cgroup recreated at the same path
     /// can never pass for the one pinned or frozen, on any filesystem.
     pinned: HashMap<Pin, Vec<CgroupHandle>>,
@@ -243,6 +247,7 @@ impl Enforcer {
             unrestored: BTreeMap::new(),
             limit_orphans: BTreeMap::new(),
             reasserted: 0,
+            thawed_once: BTreeSet::new(),
             pinned: HashMap::new(),
             handles: HashMap::new(),
             unthawed: BTreeSet::new(),
@@ -781,6 +786,7 @@ impl Enforcer {
         }
         let mut thawed = Vec::new();
         let mut gone = Vec::new();
+        let mut seen_thawed = BTreeSet::new();
         for (c, h) in &self.handles {
             if !self.frozen.held.contains(c) || self.unthawed.contains(c) {
                 continue;
@@ -788,9 +794,14 @@ impl Enforcer {
             if !h.same_cgroup() {
                 gone.push(c.clone());
             } else if self.undo.held(h) == Some(false) {
-                thawed.push(c.clone());
+                if self.thawed_once.contains(c) {
+                    thawed.push(c.clone());
+                } else {
+                    seen_thawed.insert(c.clone());
+                }
             }
         }
+        self.thawed_once = seen_thawed;
         for c in thawed.iter().chain(&gone) {
             self.frozen.remove(c);
             self.handles.remove(c);
