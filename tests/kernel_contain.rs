@@ -352,3 +352,111 @@ fn a_ladder_escalates_from_limit_connections_to_freeze_when_the_flood_goes_on() 
     );
     assert_eq!(r.ask("ping"), "ping ok");
 }
+
+/// The feed the storm reconnects to, in the pod's own network namespace: blackholed by the test,
+/// so every connect waits out its timeout in SYN_SENT and leaves a conntrack entry, as in the
+/// incident.
+const STORM_PORT: &str = "7411";
+
+#[test]
+fn limit_connections_stops_a_reconnect_storm_and_its_conntrack_growth() {
+    let Some(mut n) = common::net::node() else {
+        return;
+    };
+    let net = n.netns();
+    net.exec(&[
+        "nft",
+        "add",
+        "chain",
+        "inet",
+        "ngt",
+        "in",
+        "{ type filter hook input priority 0; }",
+    ]);
+    net.exec(&[
+        "nft", "add", "rule", "inet", "ngt", "in", "tcp", "dport", STORM_PORT, "drop",
+    ]);
+    let echo = common::net::echo_server_in(net.path(), "127.0.0.1:0");
+    let p = n.pod(Driver::Systemd, QosClass::Burstable, "feeds", BACKEND);
+    let relay = n.container(&p, "relay", 0);
+    let talk = n.spawn_talk_in(&relay, net.path(), &["hold", &echo.to_string()]);
+    let rule = "    - {name: storm, signal: tcp_sockets, above: 40, for: 0s, action: limit_connections, hold: 10m}\n";
+    let extra = format!(
+        "samplers:\n  conntrack:\n    enabled: true\n    dump_trigger: 1.0\nguard:\n  dry_run: false\n  \
+         state_file: {}\n  cooldown: 0s\n  rules:\n{rule}",
+        n.state_file().display()
+    );
+    let config = Config::from_yaml(&n.config_yaml(&extra)).expect("config");
+    let mut agent = Agent::new(config, Arc::new(SystemClock)).expect("agent");
+    agent.tick();
+    let log = n.log_path(&relay).display().to_string();
+    // Each failed connect schedules two reconnects: the loops double every cycle.
+    n.spawn_in(
+        &relay,
+        net.path(),
+        &[
+            "storm",
+            &format!("127.0.0.1:{STORM_PORT}"),
+            "200",
+            "--log",
+            &log,
+            "--cycle-ms",
+            "200",
+            "--max-loops",
+            "1024",
+        ],
+    );
+    let sockets = |p: &Published| {
+        p.observed.workloads[0]
+            .sockets
+            .as_ref()
+            .map_or(0, |s| s.value.tcp)
+    };
+    let start = Instant::now();
+    let tripped = loop {
+        let p = agent.tick();
+        if limits_held(&p) == 1 {
+            break p;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never limited: {:?}",
+            p.guard
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let took = start.elapsed();
+    let at_trip = (sockets(&tripped), net.conntrack_count());
+    // From the tick after the action, nothing grows: every new connect fails at once (EPERM,
+    // before a SYN, so no conntrack entry), while the storm keeps trying.
+    std::thread::sleep(Duration::from_millis(400));
+    let p = agent.tick();
+    let after = (sockets(&p), net.conntrack_count());
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(400));
+        let p = agent.tick();
+        let now = (sockets(&p), net.conntrack_count());
+        assert!(
+            now.0 <= after.0 && now.1 <= after.1,
+            "still growing after the action: {at_trip:?} at the trip, {after:?} the tick after, then {now:?}"
+        );
+    }
+    assert_eq!(
+        n.ask(talk, "ping"),
+        "ping ok",
+        "the established connection serves"
+    );
+    assert_eq!(
+        n.ask(talk, &format!("connect {echo}")),
+        "connect errno 1",
+        "a new connect is refused"
+    );
+    eprintln!(
+        "storm: limited {} ms after it started; sockets/conntrack {at_trip:?} at the trip, {after:?} \
+         the tick after",
+        took.as_millis()
+    );
+    // Released: new connects work again.
+    agent.shutdown();
+    assert_eq!(n.ask(talk, &format!("connect {echo}")), "connect ok");
+}

@@ -477,6 +477,12 @@ impl TestNode {
         self.track_with(child, Some(c.cgroup.clone()), args, true)
     }
 
+    /// `spawn_talk` inside the network namespace `netns` too.
+    pub fn spawn_talk_in(&mut self, c: &Container, netns: &Path, args: &[&str]) -> u32 {
+        let child = self.launch(self.join_args(c), Some(netns), args);
+        self.track_with(child, Some(c.cgroup.clone()), args, true)
+    }
+
     /// Sends one request line to a process started by `spawn_talk` and returns its answer line
     /// (bounded: no answer in 30 s fails the test).
     pub fn ask(&mut self, pid: u32, line: &str) -> String {

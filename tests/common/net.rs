@@ -344,6 +344,20 @@ impl Drop for Veth {
 
 /// A line-echo server of the test's own (outside every test cgroup): one thread per connection,
 /// each ending at its peer's EOF or after 30 s of silence.
+/// `echo_server` inside the network namespace `ns`: its listening socket is made there (by a
+/// thread that enters it), and so is every connection it accepts.
+pub fn echo_server_in(ns: &Path, bind: &str) -> std::net::SocketAddr {
+    let ns = ns.to_path_buf();
+    let bind = bind.to_owned();
+    std::thread::spawn(move || {
+        let f = std::fs::File::open(&ns).unwrap_or_else(|e| panic!("{}: {e}", ns.display()));
+        nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        echo_server(&bind)
+    })
+    .join()
+    .expect("echo server thread")
+}
+
 pub fn echo_server(bind: &str) -> std::net::SocketAddr {
     use std::io::{BufRead, Write};
     let l = std::net::TcpListener::bind(bind).unwrap_or_else(|e| panic!("bind {bind}: {e}"));
