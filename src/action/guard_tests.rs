@@ -1303,3 +1303,53 @@ fn a_ladder_escalates_only_while_the_symptom_grows() {
     assert_eq!(knob(&r, &cg, "cpu.max"), "max 100000");
     assert!(r.rec.calls().contains(&format!("thaw {cg}")));
 }
+
+#[test]
+fn a_node_rules_ladder_watches_the_top_pods_own_level() {
+    // The conntrack-pressure rule (the second of RULES) with a ladder.
+    let i = RULES.find("action: freeze").unwrap() + 1;
+    let j = i + RULES[i..].find("action: freeze").unwrap();
+    let rules = format!(
+        "{}action: [throttle_cpu, freeze]{}",
+        &RULES[..j],
+        &RULES[j + "action: freeze".len()..]
+    );
+    let mut r = rig_rules(
+        "",
+        false,
+        tempfile::tempdir().unwrap(),
+        ManualClock::default(),
+        &rules,
+    );
+    let mut s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 0)]);
+    s.node_conntrack = Some(NodeConntrack {
+        entries: 120_000,
+        limit: 131_072,
+    });
+    s.pods = vec![PodSignals {
+        namespace: "feeds".into(),
+        pod: BACKEND.into(),
+        uid: format!("uid-{BACKEND}"),
+        oom_kills_total: None,
+        host_network: Some(false),
+        netns_conntrack_entries: Some(94_083),
+        host_conntrack_entries: None,
+        netns_sockets: None,
+        addresses: vec![],
+        ephemeral_ports: None,
+    }];
+    r.step(&s);
+    let st = r.at(M, &s);
+    assert_eq!(st.breakers[0].action, "throttle_cpu");
+    // The node stays above its threshold, but the pod's own entries stopped growing: held.
+    let st = r.at(15 * S, &s);
+    assert_eq!(st.breakers[0].action, "throttle_cpu");
+    // Its entries grow again: the next step.
+    s.pods[0].netns_conntrack_entries = Some(110_000);
+    let st = r.at(15 * S, &s);
+    assert_eq!(st.breakers[0].action, "freeze");
+    assert!(r
+        .rec
+        .calls()
+        .contains(&format!("freeze /kubepods/pod-{BACKEND}/aaa")));
+}

@@ -481,7 +481,8 @@ impl Decider {
         let Some(value) = symptom(snap, rule, &b.id) else {
             return false;
         };
-        let grew = value > b.checked_value * 1.02 && value > b.checked_value;
+        // 2 % of its size (the noise of a rate); a negated time grows towards zero.
+        let grew = value > b.checked_value + 0.02 * b.checked_value.abs();
         if !grew {
             b.checked_value = value;
             b.step_since = now;
@@ -638,7 +639,9 @@ impl Decider {
                 limited: Vec::new(),
                 step: 0,
                 step_since: now,
-                checked_value: f.contributor_value.unwrap_or(f.value),
+                // Measured as every later check is.
+                checked_value: symptom(snap, &rule, &key.0)
+                    .unwrap_or(f.contributor_value.unwrap_or(f.value)),
                 evidence: None,
                 enforced: HashSet::new(),
                 spared_pods: snap
@@ -972,15 +975,22 @@ fn undo_all(b: &mut Breaker, out: &mut Vec<Command>) {
     b.enforced.clear();
 }
 
-/// The rule's symptom on what the breaker holds now: the largest value among its targets.
+/// The rule's symptom on what the breaker holds now, as a value that grows when it worsens:
+/// the held targets' own value (a node rule's: its contributor's level, as conntrack entries of
+/// the pod), the largest among them; a time to full (`below`) counts down, so it is negated.
 fn symptom(snap: &Snapshot, rule: &crate::model::Rule, id: &BreakerId) -> Option<f64> {
-    let Condition::Threshold { signal, .. } = &rule.condition else {
+    let Condition::Threshold { signal, spec, .. } = &rule.condition else {
         return None;
     };
-    crate::rule::observe::observe(snap, *signal)
+    let (kind, sign) = match signal.contributor() {
+        Some(level) => (level, 1.0),
+        None if spec.direction == crate::model::Direction::Below => (*signal, -1.0),
+        None => (*signal, 1.0),
+    };
+    crate::rule::observe::observe(snap, kind)
         .into_iter()
         .filter(|o| !o.stale && covers(id, &o.key))
-        .map(|o| o.value)
+        .map(|o| sign * o.value)
         .reduce(f64::max)
 }
 
