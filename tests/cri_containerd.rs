@@ -15,7 +15,7 @@ mod cri;
 use common::agent::Checks;
 use common::snap::metrics_text;
 use common::{Container, TestNode};
-use cri::{Containerd, CriContainer, CriPod, Spec, OTHER_SANDBOX_IMAGE, PAUSE_IMAGE};
+use cri::{Containerd, CriContainer, Spec, OTHER_SANDBOX_IMAGE, PAUSE_IMAGE};
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::model::WorkloadId;
@@ -39,17 +39,6 @@ fn ids(s: &Snapshot, ns: &str, pod: &str) -> Vec<String> {
         .filter(|w| w.id.namespace == ns && w.id.pod == pod)
         .map(|w| w.id.container.clone())
         .collect()
-}
-
-/// The node's view of a CRI container (`<pod cgroup>/<id>`), for the kernel-side readers.
-fn cg(pod: &CriPod, c: &CriContainer) -> Container {
-    Container {
-        pod: pod.pod.clone(),
-        name: c.name.clone(),
-        id: c.id.clone(),
-        restart: c.attempt,
-        cgroup: format!("{}/{}", pod.pod.cgroup, c.id),
-    }
 }
 
 /// `(working set, limit)` from the kernel's files: usage minus inactive file (as cAdvisor), and
@@ -381,7 +370,7 @@ fn containerd_over_cri() {
     }
 
     // Memory, against the kernel's files read around the same tick (idle: they do not move).
-    let api_cg = cg(&shop, &api);
+    let api_cg = cri::cg(&shop, &api);
     // A tick whose kernel reads before and after agree (at most 5 tries): the exact comparison.
     let (mut before, mut snap, mut after);
     let mut tries = 0;
@@ -429,7 +418,7 @@ fn containerd_over_cri() {
     }
 
     // Zombies: pid 1 of its own pid namespace, never reaping.
-    let reaper_cg = cg(&shop, &reaper);
+    let reaper_cg = cri::cg(&shop, &reaper);
     let reaper_pids = n.procs(&reaper_cg);
     let reaper_pid = reaper_pids.first().copied().unwrap_or(0);
     let zk = zombies_of(reaper_pid);

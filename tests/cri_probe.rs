@@ -12,7 +12,7 @@ mod common;
 mod cri;
 
 use common::agent::Checks;
-use common::{Container, TestNode};
+use common::TestNode;
 use cri::{Containerd, CriContainer, CriPod, Kubelet, KubeletEvent, Liveness, Probe, ProbeResult};
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
@@ -25,19 +25,9 @@ use std::time::{Duration, Instant};
 /// How often the test ticks the agent (its own loop would tick every `interval`).
 const TICK: Duration = Duration::from_millis(500);
 
-fn cg(pod: &CriPod, c: &CriContainer) -> Container {
-    Container {
-        pod: pod.pod.clone(),
-        name: c.name.clone(),
-        id: c.id.clone(),
-        restart: c.attempt,
-        cgroup: format!("{}/{}", pod.pod.cgroup, c.id),
-    }
-}
-
 /// The container's freezer state, or `gone` once runc removed its cgroup.
 fn freezer(n: &TestNode, pod: &CriPod, c: &CriContainer) -> String {
-    let c = cg(pod, c);
+    let c = cri::cg(pod, c);
     if n.freezer_dir(&c).exists() {
         n.freezer_state(&c)
     } else {

@@ -364,18 +364,7 @@ fn limit_connections_stops_a_reconnect_storm_and_its_conntrack_growth() {
         return;
     };
     let net = n.netns();
-    net.exec(&[
-        "nft",
-        "add",
-        "chain",
-        "inet",
-        "ngt",
-        "in",
-        "{ type filter hook input priority 0; }",
-    ]);
-    net.exec(&[
-        "nft", "add", "rule", "inet", "ngt", "in", "tcp", "dport", STORM_PORT, "drop",
-    ]);
+    net.blackhole_tcp(STORM_PORT);
     let echo = common::net::echo_server_in(net.path(), "127.0.0.1:0");
     let p = n.pod(Driver::Systemd, QosClass::Burstable, "feeds", BACKEND);
     let relay = n.container(&p, "relay", 0);

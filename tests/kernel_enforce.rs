@@ -11,14 +11,13 @@
 
 mod common;
 
-use common::agent::{free_addr, AgentProc, BIN};
+use common::agent::{free_addr, AgentProc};
 use common::{Container, Driver, TestNode};
 use nix::sys::signal::Signal;
 use nodeguard::action::state;
 use nodeguard::cgroupfs::CgroupLayout;
 use nodeguard::discover::kubelet::QosClass;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const BACKEND: &str = "backend-7d9f8b6c4d-x2k4q";
@@ -149,20 +148,7 @@ impl Rig {
     }
 
     fn cli(&self, args: &[&str]) -> (i32, String) {
-        let out = Command::new(BIN)
-            .args(args)
-            .arg("--config")
-            .arg(&self.config)
-            .output()
-            .expect("run nodeguard");
-        (
-            out.status.code().unwrap_or(-1),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
+        common::agent::cli(&self.config, args)
     }
 }
 
@@ -599,6 +585,12 @@ fn a_full_state_disk_is_said_once_and_release_says_why() {
         let log = agent.log_text();
         assert_eq!(count(&log, "cannot write the breaker state"), 1, "{log}");
         assert!(count(&log, "\"action_failed\"") <= 1, "{log}");
+        // ...and then that the rule holds but cannot act: once, not per tick.
+        assert_eq!(
+            count(&log, "rule holds but the guard cannot act"),
+            1,
+            "{log}"
+        );
         let (code, out) = r.cli(&["release", &format!("feeds/{BACKEND}/relay")]);
         assert_eq!(code, 1, "{out}");
         assert!(

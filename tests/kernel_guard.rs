@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::agent::{free_addr, AgentProc};
+use common::agent::{cli, free_addr, AgentProc};
 
 use common::snap::{assert_line, find, metrics_text, pod};
 
@@ -21,11 +21,9 @@ use nodeguard::discover::kubelet::QosClass;
 use nodeguard::model::{BreakerView, GuardStatus, Published};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-const BIN: &str = env!("CARGO_BIN_EXE_nodeguard");
 /// A Deployment's pod: owner `backend`, pod-template hash `7d9f8b6c4d`.
 const BACKEND: &str = "backend-7d9f8b6c4d-x2k4q";
 /// The same Deployment after a rollout: a new pod-template hash.
@@ -134,18 +132,7 @@ fn the_20_july_storm_is_frozen_and_the_quiet_are_not() {
         return;
     };
     let net = n.netns();
-    net.exec(&[
-        "nft",
-        "add",
-        "chain",
-        "inet",
-        "ngt",
-        "in",
-        "{ type filter hook input priority 0; }",
-    ]);
-    net.exec(&[
-        "nft", "add", "rule", "inet", "ngt", "in", "tcp", "dport", STORM_PORT, "drop",
-    ]);
+    net.blackhole_tcp(STORM_PORT);
     let backend = n.pod(Driver::Systemd, QosClass::Burstable, "feeds", BACKEND);
     let relay = n.container(&backend, "relay", 0);
     let api = n.container(&backend, "api", 0);
@@ -669,23 +656,6 @@ fn transitions(log: &str) -> Vec<String> {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter_map(|v| v["fields"]["transition"].as_str().map(str::to_owned))
         .collect()
-}
-
-fn cli(config: &Path, args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .expect("run nodeguard");
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 #[test]

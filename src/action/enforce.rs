@@ -592,7 +592,11 @@ impl Enforcer {
             Ok(v) => v,
             Err(e) => return failed(format!("read {}: {e}", h.path.display())),
         };
-        let period = limit::cfs_period(&h);
+        // Only a v1 quota is relative to its cgroup's own period.
+        let period = match knob {
+            Knob::CpuCfsQuota => limit::cfs_period(&h),
+            _ => 0,
+        };
         let key = (
             ActedCgroup {
                 cgroup: rel.to_owned(),

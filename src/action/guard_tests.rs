@@ -128,6 +128,13 @@ fn mkcg(root: &Path, rel: &str) {
     }
 }
 
+/// The cgroup `rel` of the fake tree removed and made again: same path, another inode.
+fn recreate(r: &Rig, rel: &str) {
+    let p = r.dir.path().join("cg").join(rel.trim_start_matches('/'));
+    std::fs::remove_dir_all(&p).unwrap();
+    std::fs::create_dir(&p).unwrap();
+}
+
 /// Every knob in the fake tree (as on a pure v2 node; no connect filter: that needs BPF).
 fn fake_knobs(dir: &Path) -> crate::action::limit::KnobRoots {
     let cg = dir.join("cg");
@@ -463,14 +470,7 @@ fn a_cgroup_recreated_for_another_instance_while_pending_is_not_touched() {
     let mut r = rig("");
     let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
     r.step(&s);
-    let p = r
-        .dir
-        .path()
-        .join("cg/kubepods")
-        .join(format!("pod-{BACKEND}"))
-        .join("aaa");
-    std::fs::remove_dir_all(&p).unwrap();
-    std::fs::create_dir(&p).unwrap();
+    recreate(&r, &format!("/kubepods/pod-{BACKEND}/aaa"));
     // Another instance now sits at the pinned path.
     let mut other = s.clone();
     other.workloads[0].container_id = Some("bbb".into());
@@ -488,14 +488,7 @@ fn the_same_instance_recreated_at_its_path_is_held() {
     let mut r = rig("");
     let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
     r.step(&s);
-    let p = r
-        .dir
-        .path()
-        .join("cg/kubepods")
-        .join(format!("pod-{BACKEND}"))
-        .join("aaa");
-    std::fs::remove_dir_all(&p).unwrap();
-    std::fs::create_dir(&p).unwrap();
+    recreate(&r, &format!("/kubepods/pod-{BACKEND}/aaa"));
     let st = r.at(M, &s);
     let cg = format!("/kubepods/pod-{BACKEND}/aaa");
     assert_eq!(r.rec.calls(), vec![format!("freeze {cg}")]);

@@ -106,28 +106,20 @@ pub fn parse(text: &str) -> Result<StateFile, ParseError> {
     Ok(s)
 }
 
-/// The limits a state file says we set, read as leniently as [`salvage_acted`].
-pub fn salvage_limits(text: &str) -> Vec<Limited> {
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else {
-        return Vec::new();
-    };
-    let lists = v
-        .get("breakers")
-        .and_then(|b| b.as_array())
-        .into_iter()
-        .flatten()
-        .filter_map(|b| b.get("limited"))
-        .chain(v.get("limits"));
-    lists
-        .filter_map(|l| l.as_array())
-        .flatten()
-        .filter_map(|a| serde_json::from_value::<Limited>(a.clone()).ok())
-        .collect()
-}
-
 /// The cgroups a state file says we froze, read leniently from a file that does not parse as a
 /// whole (out-of-range numbers, a newer version): enough to thaw them, nothing more.
 pub fn salvage_acted(text: &str) -> Vec<ActedCgroup> {
+    salvage(text, "acted", "frozen")
+}
+
+/// The limits a state file says we set, read as leniently as [`salvage_acted`].
+pub fn salvage_limits(text: &str) -> Vec<Limited> {
+    salvage(text, "limited", "limits")
+}
+
+/// Every record that still reads as a `T` in the breakers' `per_breaker` lists and the file's
+/// `ledger` list of a state file's JSON.
+fn salvage<T: serde::de::DeserializeOwned>(text: &str, per_breaker: &str, ledger: &str) -> Vec<T> {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else {
         return Vec::new();
     };
@@ -136,12 +128,12 @@ pub fn salvage_acted(text: &str) -> Vec<ActedCgroup> {
         .and_then(|b| b.as_array())
         .into_iter()
         .flatten()
-        .filter_map(|b| b.get("acted"))
-        .chain(v.get("frozen"));
+        .filter_map(|b| b.get(per_breaker))
+        .chain(v.get(ledger));
     lists
         .filter_map(|l| l.as_array())
         .flatten()
-        .filter_map(|a| serde_json::from_value::<ActedCgroup>(a.clone()).ok())
+        .filter_map(|a| serde_json::from_value::<T>(a.clone()).ok())
         .collect()
 }
 

@@ -178,17 +178,6 @@ impl ActionKind {
         }
     }
 
-    /// A limit on one resource (a cgroup knob or a connect filter), undone by restoring it.
-    pub fn is_limit(self) -> bool {
-        matches!(
-            self,
-            ActionKind::LimitConnections
-                | ActionKind::ThrottleMemory
-                | ActionKind::LimitPids
-                | ActionKind::ThrottleCpu
-        )
-    }
-
     /// What a held workload's next instance gets: the same step, but a kill's next instance is
     /// frozen (killing every restart would only make a crash loop).
     pub fn for_new_instance(self) -> ActionKind {

@@ -327,6 +327,24 @@ impl Drop for AgentProc {
 
 /// A GET over a fresh loopback connection, bounded: 2 s to connect, 5 s per read or write.
 /// The one HTTP client of the tests (`addr`: a `SocketAddr` or `"127.0.0.1:port"`).
+/// Runs `nodeguard ARGS --config CONFIG` (a CLI command); its exit code and stdout + stderr.
+pub fn cli(config: &Path, args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(BIN)
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .expect("run nodeguard");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 pub fn http_get(addr: impl std::net::ToSocketAddrs, path: &str) -> Option<(u16, String)> {
     let addr = addr.to_socket_addrs().ok()?.next()?;
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;

@@ -1115,6 +1115,17 @@ impl Kubelet {
 }
 
 /// The CNI bridge of this test process (at most 15 bytes), deleted on drop.
+/// The node's view of a CRI container (`<pod cgroup>/<id>`), for the kernel-side readers.
+pub fn cg(pod: &CriPod, c: &CriContainer) -> Container {
+    Container {
+        pod: pod.pod.clone(),
+        name: c.name.clone(),
+        id: c.id.clone(),
+        restart: c.attempt,
+        cgroup: format!("{}/{}", pod.pod.cgroup, c.id),
+    }
+}
+
 pub fn bridge_name() -> String {
     format!("ngcri{}", std::process::id())
 }

@@ -160,6 +160,23 @@ impl Netns {
     }
 
     /// `conntrack -C` in the namespace.
+    /// Drops every TCP packet to `port` arriving in this namespace: a connect there waits out its
+    /// timeout in SYN_SENT and leaves a conntrack entry (a refused one would leave none).
+    pub fn blackhole_tcp(&self, port: &str) {
+        self.exec(&[
+            "nft",
+            "add",
+            "chain",
+            "inet",
+            "ngt",
+            "in",
+            "{ type filter hook input priority 0; }",
+        ]);
+        self.exec(&[
+            "nft", "add", "rule", "inet", "ngt", "in", "tcp", "dport", port, "drop",
+        ]);
+    }
+
     pub fn conntrack_count(&self) -> u64 {
         let out = self.exec(&["conntrack", "-C"]);
         out.trim()

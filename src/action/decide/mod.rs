@@ -516,18 +516,13 @@ impl Decider {
         );
         for w in targets {
             if let Some(rel) = w.cgroup.clone() {
-                let action = if next == ActionKind::Kill {
-                    next
-                } else {
-                    next.for_new_instance()
-                };
                 holds.push(Command::Hold {
                     ticket: Ticket::Escalate(key.clone()),
-                    action,
+                    action: next,
                     rel,
                     ino: None,
                     instance: w.container_id.clone().unwrap_or_default(),
-                    setting: self.setting(action, w),
+                    setting: self.setting(next, w),
                 });
             }
         }
