@@ -6,6 +6,7 @@
 //! the script; this is the part that is ours.
 
 pub mod alerts;
+pub mod apiserver;
 pub mod dockerfile;
 pub mod gitops;
 pub mod manifests;
