@@ -104,6 +104,8 @@ fn policy(repo: &Path, work: &Path) -> Result<Report, String> {
         |p| repo.join(p).exists(),
         &mut r,
     );
+    println!("  -- documentation and manifest comments: the daemonset/ and docs/ paths they name");
+    policy::docpaths::check(repo, &mut r);
     Ok(r)
 }
 
