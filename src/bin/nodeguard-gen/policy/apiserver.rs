@@ -477,7 +477,7 @@ fn check_probe(
         "failureThreshold",
     ] {
         if let Some(v) = probe.get(k) {
-            if !v.as_i64().is_some_and(|n| n >= 1) {
+            if v.as_i64().is_none_or(|n| n < 1) {
                 fail(
                     format!("{pp}.{k}"),
                     "must be at least 1 (ours; negative: ValidateNonnegativeField)",
