@@ -206,7 +206,10 @@ fn missing(seen: &BTreeSet<(String, String, String, String)>) -> Vec<String> {
 
 /// Every panel of the dashboard must return data: variables resolved through their own
 /// `label_values()` queries (they must offer e2e-node and feeds), substituted as Grafana does
-/// for one selected value; `$__range` is the time this run has had.
+/// for one selected value; `$__range` is the time this run has had. `cluster` offers nothing
+/// here (no external label), so Grafana's All value (`.*`) stands in, as on a one-cluster setup.
+/// The breaker annotations are evaluated over the run: the log-flood trip is marked, and
+/// nothing closed (its hold is 15 minutes).
 fn dashboard_has_data(vm: SocketAddr, range: Duration) -> Vec<String> {
     let dash: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(DASHBOARD).expect("dashboard"))
@@ -216,6 +219,7 @@ fn dashboard_has_data(vm: SocketAddr, range: Duration) -> Vec<String> {
         "namespace" => "feeds",
         _ => "",
     };
+    let offers_nothing = |var: &str| var == "cluster";
     let (mut subst, mut fail): (Vec<(String, String)>, Vec<String>) = (Vec::new(), Vec::new());
     for v in dash["templating"]["list"].as_array().into_iter().flatten() {
         if v["type"] != "query" {
@@ -241,6 +245,16 @@ fn dashboard_has_data(vm: SocketAddr, range: Duration) -> Vec<String> {
         );
         let offered = api(vm, &path).unwrap_or_default();
         println!("  variable {name}: {q} -> {offered}");
+        if offers_nothing(name) {
+            let all = v["allValue"].as_str().unwrap_or("");
+            if offered.as_array().is_none_or(|o| !o.is_empty()) || all != ".*" {
+                fail.push(format!(
+                    "variable {name}: want no values and All = .*, got {offered} and {all:?}"
+                ));
+            }
+            subst.push((name.to_owned(), all.to_owned()));
+            continue;
+        }
         if !offered
             .as_array()
             .is_some_and(|o| o.iter().any(|x| x == want(name)))
@@ -292,6 +306,45 @@ fn dashboard_has_data(vm: SocketAddr, range: Duration) -> Vec<String> {
         );
         if total == 0 {
             fail.push(format!("panel {title:?} returned no data"));
+        }
+    }
+    let end = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    for a in dash["annotations"]["list"].as_array().into_iter().flatten() {
+        let Some(expr) = a["expr"].as_str() else {
+            continue;
+        };
+        let name = a["name"].as_str().unwrap_or("?");
+        let mut e = expr.to_owned();
+        for (k, v) in &subst {
+            e = e.replace(&format!("${k}"), v);
+        }
+        let path = format!(
+            "/api/v1/query_range?query={}&start={}&end={end}&step=5s",
+            enc(&e),
+            end.saturating_sub(range.as_secs())
+        );
+        // A set: the trip's two sources (the breaker appearing, its count moving) may be two series.
+        let rules: BTreeSet<String> = match api(vm, &path) {
+            Ok(d) => d["result"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| s["metric"]["rule"].as_str().unwrap_or("").to_owned())
+                .collect(),
+            Err(err) => {
+                fail.push(format!("annotation {name}: {err}"));
+                continue;
+            }
+        };
+        println!("  annotation {name}: rules {rules:?}");
+        let want: &[&str] = match name {
+            "Breaker tripped" => &["log-flood"],
+            _ => &[],
+        };
+        if !rules.iter().eq(want.iter()) {
+            fail.push(format!("annotation {name}: rules {rules:?}, want {want:?}"));
         }
     }
     println!(

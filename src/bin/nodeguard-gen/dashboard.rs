@@ -1,7 +1,9 @@
 //! The Grafana dashboard, from a table of panels: per node, the top containers by each symptom,
 //! the guard's breakers and actions, and the agent's own cost and health. Queries select with
-//! `@N` (the node variable) or `@W` (node and namespace), expanded here so every panel filters
-//! the same way. scripts/e2e-vmalert evaluates every query against a real VictoriaMetrics.
+//! `@N` (the cluster and node variables) or `@W` (and namespace), expanded here so every panel
+//! filters the same way; aggregations by node keep the cluster apart. Annotations mark breaker
+//! transitions on every time series panel. scripts/e2e-vmalert evaluates every query and
+//! annotation against a real VictoriaMetrics.
 
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -329,9 +331,66 @@ fn rows() -> Vec<Row> {
     ]
 }
 
+/// The selectors, and `cluster` beside every `node` grouping: two clusters may name a node alike.
+/// A metric without a `cluster` label (one cluster, no external label) matches `cluster=~".*"`,
+/// the variable's All value, and groups as before.
 fn expand(expr: &str) -> String {
-    expr.replace("@W", "node=~\"$node\", namespace=~\"$namespace\"")
-        .replace("@N", "node=~\"$node\"")
+    expr.replace(
+        "@W",
+        "cluster=~\"$cluster\", node=~\"$node\", namespace=~\"$namespace\"",
+    )
+    .replace("@N", "cluster=~\"$cluster\", node=~\"$node\"")
+    .replace("by (node", "by (cluster, node")
+    .replace("on (node)", "on (cluster, node)")
+}
+
+/// Breaker transitions, one annotation stream each, evaluated every minute (`step`, which the
+/// `offset` matches): a trip (the breaker appears, or its trip count moves while it stays open),
+/// the end of a hold (half-open, probation), and the close (the breaker is gone while the agent
+/// still reports, so an agent that stopped closes nothing).
+const ANNOTATIONS: [(&str, &str, &str, &str); 3] = [
+    (
+        "Breaker tripped",
+        "red",
+        "(nodeguard_breaker_open{@W} unless nodeguard_breaker_open{@W} offset 1m) or (changes(nodeguard_breaker_trips_total{@W}[1m]) > 0)",
+        "{{rule}} tripped",
+    ),
+    (
+        "Breaker half-open",
+        "orange",
+        "(nodeguard_breaker_half_open{@W} == 1) unless (nodeguard_breaker_half_open{@W} offset 1m == 1)",
+        "{{rule}} half-open (probation)",
+    ),
+    (
+        "Breaker closed",
+        "green",
+        "(nodeguard_breaker_open{@W} offset 1m unless nodeguard_breaker_open{@W}) and on (node) nodeguard_build_info{@N}",
+        "{{rule}} closed",
+    ),
+];
+
+fn annotations() -> Vec<Value> {
+    let mut list = vec![json!({
+        "name": "Annotations & Alerts", "builtIn": 1, "type": "dashboard", "enable": true,
+        "hide": true, "iconColor": "rgba(0, 211, 255, 1)",
+        "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+    })];
+    for (name, color, expr, title) in ANNOTATIONS {
+        list.push(json!({
+            "name": name,
+            "datasource": datasource(),
+            "enable": true,
+            "hide": false,
+            "iconColor": color,
+            "expr": expand(expr),
+            "step": "1m",
+            "titleFormat": title,
+            "textFormat": "{{node}} {{namespace}}/{{pod}}/{{container}}",
+            "tagKeys": "node,namespace,pod,rule",
+            "useValueForTime": false,
+        }));
+    }
+    list
 }
 
 fn datasource() -> Value {
@@ -472,13 +531,17 @@ pub fn dashboard() -> Value {
         "version": 1,
         "refresh": "30s",
         "time": {"from": "now-3h", "to": "now"},
-        "annotations": {"list": []},
+        "annotations": {"list": annotations()},
         "links": [],
         "templating": {"list": [
             {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
              "current": {}, "hide": 0, "refresh": 1, "regex": "", "includeAll": false, "multi": false},
-            variable("node", "Node", "label_values(nodeguard_build_info, node)"),
-            variable("namespace", "Namespace", "label_values(nodeguard_container_processes{node=~\"$node\"}, namespace)"),
+            // Every agent exports nodeguard_build_info; `cluster` is the label a multi-cluster
+            // setup adds (vmagent/Prometheus external labels). Without it the variable offers
+            // only All (`.*`), which matches series without the label.
+            variable("cluster", "Cluster", "label_values(nodeguard_build_info, cluster)"),
+            variable("node", "Node", "label_values(nodeguard_build_info{cluster=~\"$cluster\"}, node)"),
+            variable("namespace", "Namespace", "label_values(nodeguard_container_processes{cluster=~\"$cluster\", node=~\"$node\"}, namespace)"),
         ]},
         "panels": panels,
     })
@@ -556,9 +619,13 @@ mod tests {
             for t in targets {
                 let e = t["expr"].as_str().unwrap();
                 assert!(
-                    e.contains("node=~\"$node\""),
-                    "{}: {e} ignores $node",
+                    e.contains("cluster=~\"$cluster\", node=~\"$node\""),
+                    "{}: {e} ignores $cluster or $node",
                     p["title"]
+                );
+                assert!(
+                    !e.contains("by (node") && !e.contains("on (node"),
+                    "{e}: groups nodes of different clusters together"
                 );
                 assert!(!e.contains('@'), "{e}: unexpanded selector");
                 if e.contains("nodeguard_container_") {
@@ -579,7 +646,42 @@ mod tests {
             .iter()
             .map(|v| v["name"].as_str().unwrap())
             .collect();
-        assert_eq!(vars, ["datasource", "node", "namespace"]);
+        assert_eq!(vars, ["datasource", "cluster", "node", "namespace"]);
+        for v in &d["templating"]["list"].as_array().unwrap()[1..] {
+            assert_eq!(v["includeAll"], true);
+            assert_eq!(v["allValue"], ".*", "All must match a missing label");
+        }
+    }
+
+    #[test]
+    fn breaker_transitions_are_annotated() {
+        let d = dashboard();
+        let list = d["annotations"]["list"].as_array().unwrap();
+        let names: Vec<&str> = list.iter().map(|a| a["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "Annotations & Alerts",
+                "Breaker tripped",
+                "Breaker half-open",
+                "Breaker closed"
+            ]
+        );
+        for a in &list[1..] {
+            let e = a["expr"].as_str().unwrap();
+            assert!(!e.contains('@'), "{e}: unexpanded selector");
+            assert!(e.contains("nodeguard_breaker_"), "{e}");
+            assert!(
+                e.matches("cluster=~\"$cluster\", node=~\"$node\"").count()
+                    == e.matches('{').count() - e.matches("{{").count(),
+                "{e}: every selector filters by cluster and node"
+            );
+            assert_eq!(a["datasource"]["uid"], "${datasource}");
+            assert_eq!(a["step"], "1m");
+        }
+        assert!(list[3]["expr"].as_str().unwrap().ends_with(
+            "and on (cluster, node) nodeguard_build_info{cluster=~\"$cluster\", node=~\"$node\"}"
+        ));
     }
 
     #[test]

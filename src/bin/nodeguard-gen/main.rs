@@ -38,6 +38,9 @@ enum Cmd {
         #[arg(long)]
         work: PathBuf,
     },
+    /// The API server's semantic pod rules (policy/apiserver.rs) on every DaemonSet of each
+    /// rendered FILE (`kubectl kustomize` output of a combination `policy` wrote, or an overlay).
+    Semantics { files: Vec<PathBuf> },
     /// Checks the rendered GitOps example (kubectl kustomize daemonset/examples/gitops) and the
     /// ArgoCD Application.
     Gitops { rendered: PathBuf },
@@ -71,6 +74,7 @@ fn policy(repo: &Path, work: &Path) -> Result<Report, String> {
     };
     write("core.txt", &layout.core_files(&tree))?;
     write("kustomizations.txt", &layout.builds)?;
+    write("combinations.txt", &combinations(repo, work, &tree)?)?;
     write(
         "patches.txt",
         &layout.patches.iter().cloned().collect::<Vec<_>>(),
@@ -100,13 +104,46 @@ fn policy(repo: &Path, work: &Path) -> Result<Report, String> {
         |p| repo.join(p).exists(),
         &mut r,
     );
+    println!("  -- documentation and manifest comments: the daemonset/ and docs/ paths they name");
+    policy::docpaths::check(repo, &mut r);
     Ok(r)
+}
+
+/// Writes WORK/combos/<name>/kustomization.yaml for every combination of the pod components on
+/// the base ([`manifests::combinations`]); returns their directories.
+fn combinations(repo: &Path, work: &Path, tree: &manifests::Tree) -> Result<Vec<String>, String> {
+    let canon = |p: &Path| {
+        p.canonicalize()
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
+    // Every combination sits two levels under WORK (names without `/`): one way back for all.
+    let up = manifests::relative(&canon(work)?.join("combos/x"), &canon(repo)?);
+    let mut dirs = Vec::new();
+    for (name, text) in manifests::combinations(&manifests::pod_components(tree), &up) {
+        let dir = work.join("combos").join(&name);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = dir.join("kustomization.yaml");
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        dirs.push(dir.display().to_string());
+    }
+    Ok(dirs)
 }
 
 fn subcommand(repo: &Path, cmd: Cmd) -> Result<bool, String> {
     let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
     match cmd {
         Cmd::Policy { work } => Ok(policy(repo, &work)?.errors.is_empty()),
+        Cmd::Semantics { files } => {
+            let mut r = Report::default();
+            for f in &files {
+                let what = f.file_name().map_or_else(
+                    || f.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                );
+                policy::apiserver::check_rendered(&read(f)?, &what, &mut r);
+            }
+            Ok(r.errors.is_empty())
+        }
         Cmd::Gitops { rendered } => {
             let mut r = Report::default();
             policy::gitops::check(

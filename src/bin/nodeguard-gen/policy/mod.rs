@@ -1,12 +1,15 @@
 //! Policy checks of what ships, in tested Rust (`nodeguard-gen policy`, called by
 //! scripts/ship-check): the structure of the kustomizations and the objects they make
 //! ([`manifests`]), the alert rules and their runbooks ([`alerts`]), the Dockerfile and its build
-//! context ([`dockerfile`]), and the rendered GitOps example ([`gitops`]). The tools that check
+//! context ([`dockerfile`]), the rendered GitOps example ([`gitops`]), the API server's semantic
+//! rules on every rendered pod ([`apiserver`]), and the paths the docs name ([`docpaths`]). The tools that check
 //! against outside definitions (kubernetes-validate, checkov, promtool, vmalert, amtool) stay in
 //! the script; this is the part that is ours.
 
 pub mod alerts;
+pub mod apiserver;
 pub mod dockerfile;
+pub mod docpaths;
 pub mod gitops;
 pub mod manifests;
 pub mod pod;
