@@ -547,18 +547,34 @@ pub fn text(v: &View, style: Style) -> String {
     }
 }
 
-/// A line too long for `w` columns, broken where it separates its parts (two spaces) into
-/// indented continuation lines, so nothing is lost (the node line's `past:` comes last); a part
-/// longer than a whole line is cut. Each returned line ends with a newline.
+/// A line too long for `w` columns, broken where it separates its parts (two spaces, or a
+/// list's `, `) into indented continuation lines, so nothing is lost (the node line's `past:`
+/// comes last); a part longer than a whole line is cut. Each returned line ends with a newline.
 fn wrap(line: &str, w: usize) -> Vec<String> {
     const INDENT: &str = "    ";
     if columns(line) <= w {
         return vec![format!("{line}\n")];
     }
+    // Parts with the separator that precedes them (a list's comma stays on the left).
+    let mut parts: Vec<(&str, &str)> = Vec::new();
+    for (i, chunk) in line.split("  ").enumerate() {
+        for (j, p) in chunk.split_inclusive(", ").enumerate() {
+            let sep = match (i, j) {
+                (0, 0) => "",
+                (_, 0) => "  ",
+                _ => " ",
+            };
+            parts.push((
+                sep,
+                p.strip_suffix(' ')
+                    .filter(|_| p.ends_with(", "))
+                    .unwrap_or(p),
+            ));
+        }
+    }
     let mut out = Vec::new();
     let mut cur = String::new();
-    for (i, part) in line.split("  ").enumerate() {
-        let sep = if i == 0 { "" } else { "  " };
+    for (sep, part) in parts {
         if !cur.trim().is_empty() && columns(&cur) + sep.len() + columns(part) > w {
             out.push(fit(&cur, w) + "\n");
             cur = format!("{INDENT}{part}");

@@ -217,7 +217,7 @@ fn the_screen_fits_80_and_120_columns_and_a_pipe_gets_it_whole() {
     assert!(s80.contains("\u{2026}"), "{s80}");
     // Lines of parts are broken between parts, never cut: the node rule past its threshold stays.
     assert!(
-        s80.contains("past: ct*") && s80.contains("\n    actions 1/6"),
+        s80.contains("past: ct*") && s80.contains("5 left,\n    cool-down 12s left"),
         "{s80}"
     );
     let s80w = at(80, true);
