@@ -270,7 +270,7 @@ fn release_refuses_what_is_not_held_and_times_out_without_an_agent() {
     assert!(
         err.contains("nothing held matches feeds/nosuch/relay;")
             && err.contains(
-                "  feeds/backend-7d9f8b6c4d-x2k4q/relay  rule log-flood  Open freeze  (nodeguard release feeds/backend/relay --rule log-flood)"
+                "  feeds/backend-7d9f8b6c4d-x2k4q/relay  rule log-flood  open freeze  (nodeguard release feeds/backend/relay --rule log-flood)"
             ),
         "{err}"
     );

@@ -520,7 +520,7 @@ fn release_waits_for_the_agent_and_status_fits_the_terminal() {
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains(&format!(
-            "  {target}  rule zombie-parent  Open freeze  (nodeguard release ops/{owner}/reaper --rule zombie-parent)"
+            "  {target}  rule zombie-parent  open freeze  (nodeguard release ops/{owner}/reaper --rule zombie-parent)"
         )),
         "{err}"
     );

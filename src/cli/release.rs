@@ -2,6 +2,7 @@
 //! request into `<state dir>/release/`, and waits for the outcome the agent writes beside it.
 
 use super::EXIT_USAGE;
+use crate::action::breaker::BreakerState;
 use crate::action::lock::{self, Holder};
 use crate::action::state::{self, ReleaseOutcome, ReleaseRequest, ReleaseVerdict};
 use crate::config::Config;
@@ -68,10 +69,13 @@ fn held_lines(held: &[state::PersistedBreaker]) -> String {
             format!("{}/{}/{}", b.id.namespace, b.pod, b.id.container)
         };
         out.push_str(&format!(
-            "  {}  rule {}  {:?} {}  (nodeguard release {} --rule {})\n",
+            "  {}  rule {}  {} {}  (nodeguard release {} --rule {})\n",
             escape(&pod),
             escape(&b.rule),
-            b.state,
+            match b.state {
+                BreakerState::Open => "open",
+                BreakerState::HalfOpen => "half-open",
+            },
             b.action.as_str(),
             escape(&owner),
             escape(&b.rule),
