@@ -11,8 +11,6 @@ use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-pub use release::EXIT_NO_ANSWER;
-
 /// Exit code for a bad configuration or bad arguments (sysexits EX_USAGE).
 pub const EXIT_USAGE: u8 = 64;
 
@@ -112,7 +110,7 @@ pub enum Command {
 
 /// The global flags `command` does not take, with why: given to it, they are refused rather than
 /// ignored.
-pub fn refused_flags(cli: &Cli) -> Option<String> {
+pub(crate) fn refused_flags(cli: &Cli) -> Option<String> {
     let cmd = cli.command.as_ref()?;
     let name = match cmd {
         Command::CheckConfig { .. } => "check-config",

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 /// No outcome in time: no agent took the request (withdrawn), or it took it and did not answer.
-pub const EXIT_NO_ANSWER: u8 = 2;
+pub(crate) const EXIT_NO_ANSWER: u8 = 2;
 
 /// How long to wait by default: three agent intervals (the request is read at the next tick),
 /// at least 10 s (a slow tick on a loaded node).
