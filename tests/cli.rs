@@ -380,6 +380,11 @@ fn global_flags_are_honoured_or_refused_by_every_subcommand() {
     let (code, _, err) = run(&["check-config", good, "--config", invalid]);
     assert_eq!(code, Some(64));
     assert!(err.contains("give it as FILE"), "{err}");
+    assert_eq!(
+        run(&["check-config", good, "--config", good]).0,
+        Some(0),
+        "the same file twice"
+    );
     let (code, _, err) = run(&["check-config", "--config", invalid]);
     assert_eq!(code, Some(64));
     assert!(err.contains("  interval: "), "{err}");

@@ -126,10 +126,14 @@ pub(crate) fn refused_flags(cli: &Cli) -> Option<String> {
         ));
     }
     match cmd {
-        Command::CheckConfig { file: Some(f) } if cli.config.is_some() => Some(format!(
-            "check-config checks one file: give it as FILE ({}) or as --config, not both",
-            f.display()
-        )),
+        Command::CheckConfig { file: Some(f) }
+            if cli.config.as_ref().is_some_and(|c| !same_file(c, f)) =>
+        {
+            Some(format!(
+                "check-config checks one file: give it as FILE ({}) or as --config, not two different ones",
+                f.display()
+            ))
+        }
         Command::DefaultConfig if cli.config.is_some() => Some(
             "default-config prints the embedded defaults and reads no file: drop --config (check-config --config FILE checks one)".into(),
         ),
@@ -303,6 +307,15 @@ pub fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The same path, or two paths to one file.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    a == b
+        || matches!(
+            (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+            (Ok(x), Ok(y)) if x == y
+        )
 }
 
 /// How often the agent reads its config file for a change, unless `--config-poll` says.
