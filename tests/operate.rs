@@ -460,7 +460,8 @@ fn visible(line: &str) -> usize {
 /// `nodeguard release` against the running agent: a target it does not hold is refused with
 /// what it holds, a held breaker is released (the cgroup thawed) and reported; the agent
 /// answers a request for something not held, and a malformed one. Then `status` on terminals
-/// of 80 and 120 columns, and `--watch` redrawing in place.
+/// of 80 and 120 columns, and `--watch` redrawing in place. Last, with the agent stopped, a
+/// release of what its state file still holds times out.
 #[test]
 fn release_waits_for_the_agent_and_status_fits_the_terminal() {
     let Some(mut n) = common::node() else {
@@ -630,4 +631,29 @@ fn release_waits_for_the_agent_and_status_fits_the_terminal() {
         }
     }
     eprintln!("status --watch: {} frames in 2s at 300ms", frames.len());
+
+    // The zombies persist, so the rule trips again after its `for`; then the agent stops (it
+    // thaws, and keeps the breaker in its state file). A release now finds no agent: it says so,
+    // waits its --wait, withdraws the request and exits 2.
+    wait_for(Duration::from_secs(30), || {
+        (n.freezer_state(&c) == "FROZEN").then_some(())
+    })
+    .unwrap_or_else(|| panic!("never held again:\n{}", agent.log_text()));
+    drop(agent);
+    assert_eq!(n.freezer_state(&c), "THAWED", "fail-open thaw at SIGTERM");
+    let (code, out, err, took) = release(&[&target, "--wait", "2s"]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        err.contains("no agent is running (state lock ")
+            && err.contains(&format!(
+                "no outcome for the release of {target} within 2s (no agent is running): request withdrawn, nothing was released"
+            )),
+        "{err}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert!(left.is_empty(), "withdrawn: {left:?}");
 }
