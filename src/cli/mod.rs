@@ -406,12 +406,7 @@ fn status(args: &StatusArgs, listen: std::net::SocketAddr) -> ExitCode {
         namespace: args.namespace.clone(),
     };
     let tty = std::io::stdout().is_terminal();
-    let size = term::size();
-    let style = render::Style {
-        colour: tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
-        wide: args.output == Some(StatusOutput::Wide),
-        width: size.map(|(cols, _)| cols),
-    };
+    let colour = tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     // On a terminal the watch draws on the alternate screen, given back on exit and on SIGINT.
     let in_place = args.watch.is_some() && tty;
     if in_place {
@@ -424,6 +419,13 @@ fn status(args: &StatusArgs, listen: std::net::SocketAddr) -> ExitCode {
         }
     }
     let code = loop {
+        // Read at every frame: a resized terminal is fitted at the next redraw.
+        let size = term::size();
+        let style = render::Style {
+            colour,
+            wide: args.output == Some(StatusOutput::Wide),
+            width: size.map(|(cols, _)| cols),
+        };
         let fetched = client::get(&url, "/api/state").and_then(|body| {
             serde_json::from_slice::<State>(&body)
                 .map_err(|_| client::FetchError::Malformed { url: url.clone() })
