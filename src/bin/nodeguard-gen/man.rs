@@ -96,4 +96,19 @@ mod tests {
         assert!(!main.contains("EXTRA"), "{main}");
         assert!(pages[4].1.contains("\\-\\-no\\-wait"), "{}", pages[4].1);
     }
+
+    /// `--check` compares the pages it generates; a page left from a removed subcommand is
+    /// caught here.
+    #[test]
+    fn every_committed_page_is_generated() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(DIR);
+        let generated: Vec<String> = pages().unwrap().into_iter().map(|(n, _)| n).collect();
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let rel = format!("{DIR}/{}", e.file_name().to_string_lossy());
+            assert!(
+                generated.contains(&rel),
+                "{rel} is not generated any more: remove it"
+            );
+        }
+    }
 }
