@@ -600,6 +600,12 @@ fn release_waits_for_the_agent_and_status_fits_the_terminal() {
         );
         eprintln!("status on {cols} columns:\n{screen}");
     }
+    // COLUMNS wins over the terminal's size (as for ls).
+    let screen = on_a_pty_of(120, 40, &format!("COLUMNS=60 {BIN} status --url {url}"));
+    assert!(screen.contains("WORKLOAD"), "{screen}");
+    for l in screen.split('\n') {
+        assert!(visible(l) <= 60, "COLUMNS=60: {l:?}\n{screen}");
+    }
     // Piped: whole lines, the full name.
     let (_, plain) = status_piped(&url, &["-o", "wide"]);
     assert!(plain.contains(&target), "{plain}");
