@@ -364,6 +364,10 @@ fn global_flags_are_honoured_or_refused_by_every_subcommand() {
         "{out}"
     );
     assert!(out.starts_with("# nodeguard's embedded defaults with --set interval=10s"));
+    // What it prints is a config the agent takes.
+    let printed = dir.path().join("printed.yaml");
+    std::fs::write(&printed, &out).unwrap();
+    assert_eq!(run(&["check-config", printed.to_str().unwrap()]).0, Some(0));
     let (code, _, err) = run(&["default-config", "--set", "interval=soon"]);
     assert_eq!(code, Some(64));
     assert!(err.contains("  interval: invalid value"), "{err}");
