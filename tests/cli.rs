@@ -217,3 +217,288 @@ fn set_overrides_the_file_at_start_and_at_every_reload() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected KEY=VALUE"));
 }
+
+/// A state file holding one open breaker (as an agent writes it), and a config pointing at it.
+fn held_state(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let state = dir.join("state/state.json");
+    std::fs::create_dir_all(state.parent().unwrap()).unwrap();
+    std::fs::write(
+        &state,
+        r#"{"version":1,"saved_at":100.0,"breakers":[{"id":{"namespace":"feeds","owner":"backend","container":"relay"},"rule":"log-flood","action":"freeze","state":"open","pod":"backend-7d9f8b6c4d-x2k4q","revision":"7d9f8b6c4d","reason":"log_lines_per_minute 1900 > 600 for 60s","value":1900.0,"threshold":600.0,"since":50.0,"hold_until":1000.0,"probation_until":null,"hold_seconds":900.0,"trips":1,"acted":[]}]}"#,
+    )
+    .unwrap();
+    let cfg = dir.join("ng.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen: 127.0.0.1:1\ninterval: 1s\nguard:\n  state_file: {}\n",
+            state.display()
+        ),
+    )
+    .unwrap();
+    (cfg, state)
+}
+
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn requests_left(state: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(state.parent().unwrap().join("release"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `release` checks its target against the state file before sending anything, and without a
+/// running agent waits for `--wait`, says so, withdraws the request and exits 2.
+#[test]
+fn release_refuses_what_is_not_held_and_times_out_without_an_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, state) = held_state(dir.path());
+    let cfg = cfg.to_str().unwrap();
+    let (code, _, err) = run(&["release", "--config", cfg, "feeds/nosuch/relay"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("nothing held matches feeds/nosuch/relay;")
+            && err.contains(
+                "  feeds/backend-7d9f8b6c4d-x2k4q/relay  rule log-flood  open freeze  (nodeguard release feeds/backend/relay --rule log-flood)"
+            ),
+        "{err}"
+    );
+    let (code, _, err) = run(&[
+        "release",
+        "--config",
+        cfg,
+        "feeds/backend/relay",
+        "--rule",
+        "nosuch",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("feeds/backend/relay (rule nosuch)"), "{err}");
+    assert!(requests_left(&state).is_empty(), "nothing sent");
+    // A hostile target is escaped in the answer.
+    let (code, _, err) = run(&["release", "--config", cfg, "a/\u{1b}[2J/c"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("a/\\x1b[2J/c") && !err.contains('\u{1b}'),
+        "{err:?}"
+    );
+    let (code, _, err) = run(&["release", "--config", cfg, "a/b"]);
+    assert_eq!(code, Some(64), "{err}");
+
+    // Held, but no agent: the wait runs out; the request is withdrawn.
+    let t0 = Instant::now();
+    let (code, out, err) = run(&[
+        "release",
+        "--config",
+        cfg,
+        "feeds/backend-7d9f8b6c4d-x2k4q/relay",
+        "--wait",
+        "1s",
+    ]);
+    let took = t0.elapsed();
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("no agent is running (state lock "), "{err}");
+    assert!(
+        err.contains("no outcome for the release of feeds/backend-7d9f8b6c4d-x2k4q/relay within 1s (no agent is running): request withdrawn, nothing was released"),
+        "{err}"
+    );
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert!(
+        requests_left(&state).is_empty(),
+        "{:?}",
+        requests_left(&state)
+    );
+    // --no-wait only queues (and says no agent runs).
+    let (code, out, err) = run(&[
+        "release",
+        "--config",
+        cfg,
+        "feeds/backend/relay",
+        "--no-wait",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.starts_with("release of feeds/backend/relay requested ("),
+        "{out}"
+    );
+    assert_eq!(requests_left(&state).len(), 1);
+    assert_eq!(
+        run(&["release", "--config", cfg, "x", "--no-wait", "--wait", "1s"]).0,
+        Some(2),
+        "clap refuses the pair"
+    );
+}
+
+/// Every global flag is honoured by the subcommands that read a config, and refused (exit 64,
+/// with why) by those that cannot use it: never silently ignored.
+#[test]
+fn global_flags_are_honoured_or_refused_by_every_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _) = held_state(dir.path());
+    let cfg = cfg.to_str().unwrap();
+    let good = concat!(env!("CARGO_MANIFEST_DIR"), "/config/nodeguard.yaml");
+    let invalid = dir.path().join("invalid.yaml");
+    std::fs::write(&invalid, "interval: soon\n").unwrap();
+    let invalid = invalid.to_str().unwrap();
+    let other_state = dir.path().join("other/state.json");
+    let set_state = format!("guard.state_file={}", other_state.display());
+
+    // default-config: --set gives the defaults with it applied; --config is refused.
+    let (code, out, err) = run(&["default-config", "--set", "interval=10s"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("\ninterval: 10s\n") && !out.contains("interval: 5s"),
+        "{out}"
+    );
+    assert!(out.starts_with("# nodeguard's embedded defaults with --set interval=10s"));
+    // What it prints is a config the agent takes.
+    let printed = dir.path().join("printed.yaml");
+    std::fs::write(&printed, &out).unwrap();
+    assert_eq!(run(&["check-config", printed.to_str().unwrap()]).0, Some(0));
+    let (code, _, err) = run(&["default-config", "--set", "interval=soon"]);
+    assert_eq!(code, Some(64));
+    assert!(err.contains("  interval: invalid value"), "{err}");
+    let (code, out, _) = run(&["default-config"]);
+    assert_eq!((code, out.contains("interval: 5s")), (Some(0), true));
+    let (code, _, err) = run(&["default-config", "--config", good]);
+    assert_eq!(code, Some(64));
+    assert!(
+        err.contains("default-config prints the embedded defaults"),
+        "{err}"
+    );
+
+    // check-config: FILE or --config, never both; --set applies.
+    let (code, _, err) = run(&["check-config", good, "--config", invalid]);
+    assert_eq!(code, Some(64));
+    assert!(err.contains("give it as FILE"), "{err}");
+    assert_eq!(
+        run(&["check-config", good, "--config", good]).0,
+        Some(0),
+        "the same file twice"
+    );
+    let (code, _, err) = run(&["check-config", "--config", invalid]);
+    assert_eq!(code, Some(64));
+    assert!(err.contains("  interval: "), "{err}");
+    assert_eq!(run(&["check-config", "--config", good]).0, Some(0));
+    assert_eq!(
+        run(&["check-config", good, "--set", "interval=10s"]).0,
+        Some(0)
+    );
+    let (code, _, err) = run(&["check-config", good, "--set", "interval=soon"]);
+    assert_eq!(code, Some(64), "{err}");
+    assert_eq!(run(&["check-config"]).0, Some(64));
+
+    // breakers and release read the config --config names, with --set on top.
+    let (code, out, _) = run(&["breakers", "--config", cfg]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.starts_with("feeds/backend-7d9f8b6c4d-x2k4q/relay  rule=log-flood"),
+        "{out}"
+    );
+    let (code, out, _) = run(&["breakers", "--config", cfg, "--set", &set_state]);
+    assert_eq!((code, out.as_str()), (Some(0), "no breakers\n"));
+    let (code, _, err) = run(&["breakers", "--config", invalid]);
+    assert_eq!(code, Some(64));
+    assert!(err.contains("  interval: "), "{err}");
+    let (code, _, err) = run(&[
+        "release",
+        "--config",
+        cfg,
+        "--set",
+        &set_state,
+        "feeds/backend/relay",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("nothing is held on this node"), "{err}");
+    assert!(err.contains(&other_state.display().to_string()), "{err}");
+    assert_eq!(run(&["release", "--config", invalid, "x"]).0, Some(64));
+
+    // status reads `listen` from --config and --set (a closed port: unreachable, exit 2).
+    let port = common::agent::free_addr().port();
+    let (code, _, err) = run(&["status", "--set", &format!("listen=127.0.0.1:{port}")]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    let (code, _, err) = run(&["status", "--config", cfg]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("127.0.0.1:1"), "{err}");
+    assert_eq!(run(&["status", "--config", invalid]).0, Some(64));
+
+    // completions reads no config; --config-poll is the agent's alone.
+    for flags in [["--config", good], ["--set", "interval=1s"]] {
+        let mut args = vec!["completions", "bash"];
+        args.extend(flags);
+        let (code, out, err) = run(&args);
+        assert_eq!((code, out.as_str()), (Some(64), ""), "{args:?}");
+        assert!(err.contains("completions reads no config"), "{err}");
+    }
+    for sub in [
+        &["check-config", good][..],
+        &["default-config"],
+        &["breakers"],
+        &["release", "x"],
+        &["status"],
+        &["completions", "bash"],
+    ] {
+        let mut args = vec!["--config-poll", "1s"];
+        args.extend(sub);
+        let (code, _, err) = run(&args);
+        assert_eq!(code, Some(64), "{args:?}");
+        assert!(
+            err.contains(&format!("--config-poll is the agent's (it sets how often the running agent reads its file); {} does not take it", sub[0])),
+            "{err}"
+        );
+    }
+}
+
+/// Completion scripts come from the CLI definition: every subcommand and flag is in them, and
+/// bash parses the bash one.
+#[test]
+fn completions_for_bash_zsh_and_fish() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, err) = run(&["completions", shell]);
+        assert_eq!(code, Some(0), "{err}");
+        for word in ["check-config", "release", "no-wait", "watch", "completions"] {
+            assert!(out.contains(word), "{shell}: {word} missing");
+        }
+    }
+    let script = run(&["completions", "bash"]).1;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("nodeguard.bash");
+    std::fs::write(&file, &script).unwrap();
+    let bash = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {} && complete -p nodeguard",
+            file.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        bash.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bash.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&bash.stdout).contains("nodeguard"),
+        "{}",
+        String::from_utf8_lossy(&bash.stdout)
+    );
+    assert_eq!(
+        run(&["completions", "tcsh"]).0,
+        Some(2),
+        "clap: unknown shell"
+    );
+}

@@ -591,10 +591,11 @@ fn a_full_state_disk_is_said_once_and_release_says_why() {
             1,
             "{log}"
         );
+        // Nothing was recorded, so nothing is held: release says so (and where it looked).
         let (code, out) = r.cli(&["release", &format!("feeds/{BACKEND}/relay")]);
         assert_eq!(code, 1, "{out}");
         assert!(
-            out.contains("No space left on device")
+            out.contains("nothing is held on this node")
                 && out.contains(&state_dir.display().to_string()),
             "{out}"
         );
@@ -602,6 +603,17 @@ fn a_full_state_disk_is_said_once_and_release_says_why() {
         std::fs::remove_file(filler).expect("free the disk");
         r.flood_until(&agent, "frozen once writable", |r| r.frozen(&r.relay));
         assert_eq!(count(&agent.log_text(), "breaker state writable again"), 1);
+        // Full again while held: the request cannot be written, and release says why.
+        let filler = disk.fill();
+        let (code, out) = r.cli(&["release", &format!("feeds/{BACKEND}/relay")]);
+        assert_eq!(code, 1, "{out}");
+        assert!(
+            out.contains("No space left on device")
+                && out.contains("nothing was released")
+                && out.contains(&state_dir.display().to_string()),
+            "{out}"
+        );
+        std::fs::remove_file(filler).expect("free the disk");
         assert_eq!(agent.must_stop(Signal::SIGTERM).code(), Some(0));
         assert!(!r.frozen(&r.relay));
         drop(disk);

@@ -420,3 +420,246 @@ fn status_reads_the_running_agent_and_sighup_reloads() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the agent"));
 }
+
+/// Runs `cmd` on a pseudo-terminal of `cols` x `rows` (set with stty, which the binary reads
+/// back with TIOCGWINSZ); its output bytes.
+fn on_a_pty_of(cols: u16, rows: u16, cmd: &str) -> String {
+    let out = Command::new("script")
+        .args([
+            "-q",
+            "-e",
+            "-c",
+            &format!("stty cols {cols} rows {rows}; {cmd}"),
+            "/dev/null",
+        ])
+        .env_remove("NO_COLOR")
+        .env_remove("COLUMNS")
+        .env_remove("LINES")
+        .env("TERM", "xterm")
+        .output()
+        .expect("script (util-linux) must be installed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Columns a terminal shows for `line`: our SGR and erase sequences take none.
+fn visible(line: &str) -> usize {
+    let mut n = 0;
+    let mut esc = false;
+    for c in line.chars() {
+        match (esc, c) {
+            (false, '\u{1b}') => esc = true,
+            (true, c) if c.is_ascii_alphabetic() => esc = false,
+            (true, _) => {}
+            (false, '\r') => {}
+            (false, _) => n += 1,
+        }
+    }
+    n
+}
+
+/// `nodeguard release` against the running agent: a target it does not hold is refused with
+/// what it holds, a held breaker is released (the cgroup thawed) and reported; the agent
+/// answers a request for something not held, and a malformed one. Then `status` on terminals
+/// of 80 and 120 columns, and `--watch` redrawing in place. Last, with the agent stopped, a
+/// release of what its state file still holds times out.
+#[test]
+fn release_waits_for_the_agent_and_status_fits_the_terminal() {
+    let Some(mut n) = common::node() else {
+        return;
+    };
+    // As long as a StatefulSet pod's name may be, so the table must elide it.
+    let pod_name = "ingest-pipeline-backfill-worker-with-a-very-long-statefulset-0";
+    let pod = n.pod(Driver::Cgroupfs, QosClass::Burstable, "ops", pod_name);
+    let c = n.container(&pod, "reaper", 0);
+    n.spawn(&c, &["zombies", "2"]);
+    let port = common::agent::free_addr().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let state = n.state_file();
+    let base = n.config_yaml("guard:\n");
+    let text = format!(
+        "{}guard:\n  dry_run: false\n  cooldown: 0s\n  state_file: {}\n  rules:\n    - name: zombie-parent\n      signal: zombies\n      above: 1\n      for: 5s\n      action: freeze\n      hold: 1h\n",
+        base.trim_end_matches("guard:\n")
+            .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"))
+            .replace("interval: 1s", "interval: 500ms"),
+        state.display()
+    );
+    let file = n.dir.path().join("nodeguard.yaml");
+    std::fs::write(&file, &text).unwrap();
+    let cfg = file.to_str().unwrap().to_owned();
+    let agent = Running::start(
+        &file,
+        n.dir.path().join("agent.log"),
+        &[],
+        format!("127.0.0.1:{port}"),
+    );
+    wait_for(Duration::from_secs(30), || {
+        let b = agent.state()["guard"]["breakers"].clone();
+        (b.as_array().is_some_and(|b| b.len() == 1) && n.freezer_state(&c) == "FROZEN")
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("never held:\n{}\n{}", agent.state(), agent.log_text()));
+    let target = format!("ops/{pod_name}/reaper");
+    // The StatefulSet: what the breaker follows across the pod's replacements.
+    let owner = pod_name.trim_end_matches("-0");
+    let release = |args: &[&str]| {
+        let t0 = Instant::now();
+        let out = Command::new(BIN)
+            .args(["release", "--config", &cfg])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            t0.elapsed(),
+        )
+    };
+
+    // Unknown: refused before anything is sent, with what is held and how to release it.
+    let (code, _, err, _) = release(&["ops/nosuch/reaper"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "  {target}  rule zombie-parent  open freeze  (nodeguard release ops/{owner}/reaper --rule zombie-parent)"
+        )),
+        "{err}"
+    );
+    let (code, _, err, _) = release(&[&target, "--rule", "nosuch"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(n.freezer_state(&c), "FROZEN");
+
+    // Held: released by the agent, reported, thawed by the time the command returns.
+    let (code, out, err, took) = release(&[&target]);
+    assert_eq!(code, Some(0), "{out}{err}\n{}", agent.log_text());
+    assert_eq!(
+        out,
+        format!("released {target}: rule zombie-parent (freeze) undone\n")
+    );
+    assert_eq!(n.freezer_state(&c), "THAWED");
+    eprintln!(
+        "release figures: release to reported outcome {:.2}s (500ms interval)",
+        took.as_secs_f64()
+    );
+    let dir = nodeguard::action::state::release_dir(&state);
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert!(left.is_empty(), "request and outcome both taken: {left:?}");
+
+    // The agent's own answers: nothing held under that name, and a request it cannot read.
+    use nodeguard::action::state::{self as st, ReleaseOutcome, ReleaseVerdict};
+    let sent = st::request_release(
+        &state,
+        &st::ReleaseRequest {
+            namespace: "ops".into(),
+            pod: "nosuch".into(),
+            container: "x".into(),
+            rule: None,
+        },
+    )
+    .unwrap();
+    let garbage = dir.join("1-1.json");
+    std::fs::write(&garbage, "{not json").unwrap();
+    let answered = |p: &Path| {
+        wait_for(Duration::from_secs(10), || {
+            st::take_release_outcome(p).unwrap()
+        })
+        .map(|(o, _)| o)
+        .unwrap_or_else(|| panic!("no outcome for {}:\n{}", p.display(), agent.log_text()))
+    };
+    assert_eq!(
+        answered(&sent),
+        ReleaseOutcome {
+            verdict: ReleaseVerdict::NotHeld,
+            released: vec![],
+            reason: None
+        }
+    );
+    let refused = answered(&garbage);
+    assert_eq!(refused.verdict, ReleaseVerdict::Refused);
+    assert!(
+        refused
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("malformed request: "),
+        "{refused:?}"
+    );
+
+    // status on terminals of 80 and 120 columns: no line wraps, the name elided in its middle.
+    for cols in [80u16, 120] {
+        let screen = on_a_pty_of(cols, 40, &format!("{BIN} status --url {url} -o wide"));
+        assert!(screen.contains("WORKLOAD"), "{screen}");
+        for l in screen.split('\n') {
+            assert!(visible(l) <= usize::from(cols), "{cols}: {l:?}\n{screen}");
+        }
+        assert!(
+            screen.contains("ops/inge")
+                && screen.contains("\u{2026}")
+                && screen.contains("-0/reaper"),
+            "{screen}"
+        );
+        eprintln!("status on {cols} columns:\n{screen}");
+    }
+    // COLUMNS wins over the terminal's size (as for ls).
+    let screen = on_a_pty_of(120, 40, &format!("COLUMNS=60 {BIN} status --url {url}"));
+    assert!(screen.contains("WORKLOAD"), "{screen}");
+    for l in screen.split('\n') {
+        assert!(visible(l) <= 60, "COLUMNS=60: {l:?}\n{screen}");
+    }
+    // Piped: whole lines, the full name.
+    let (_, plain) = status_piped(&url, &["-o", "wide"]);
+    assert!(plain.contains(&target), "{plain}");
+
+    // --watch on a 80x12 terminal: the alternate screen, frames drawn from the home position,
+    // none taller than the terminal, and the terminal given back on SIGINT.
+    let bytes = on_a_pty_of(
+        80,
+        12,
+        &format!("timeout -s INT 2 {BIN} status --url {url} --watch 300ms"),
+    );
+    assert!(
+        bytes.starts_with("\u{1b}[?1049h\u{1b}[?25l\u{1b}[H"),
+        "{bytes:?}"
+    );
+    assert!(bytes.ends_with("\u{1b}[?25h\u{1b}[?1049l"), "{bytes:?}");
+    let frames: Vec<&str> = bytes.split("\u{1b}[H").skip(1).collect();
+    assert!(frames.len() >= 3, "{} frames: {bytes:?}", frames.len());
+    for f in &frames {
+        let f = f.trim_end_matches("\u{1b}[?25h\u{1b}[?1049l");
+        let rows: Vec<&str> = f.split("\r\n").collect();
+        assert!(rows.len() <= 12, "{} rows: {f:?}", rows.len());
+        assert!(
+            rows[0].starts_with("\u{1b}[K\u{1b}[1mnodeguard\u{1b}[0m"),
+            "header first: {f:?}"
+        );
+        for r in rows {
+            assert!(visible(r) <= 80, "{r:?}");
+        }
+    }
+    eprintln!("status --watch: {} frames in 2s at 300ms", frames.len());
+
+    // The zombies persist, so the rule trips again after its `for`; then the agent stops (it
+    // thaws, and keeps the breaker in its state file). A release now finds no agent: it says so,
+    // waits its --wait, withdraws the request and exits 2.
+    wait_for(Duration::from_secs(30), || {
+        (n.freezer_state(&c) == "FROZEN").then_some(())
+    })
+    .unwrap_or_else(|| panic!("never held again:\n{}", agent.log_text()));
+    drop(agent);
+    assert_eq!(n.freezer_state(&c), "THAWED", "fail-open thaw at SIGTERM");
+    let (code, out, err, took) = release(&[&target, "--wait", "2s"]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        err.contains("no agent is running (state lock ")
+            && err.contains(&format!(
+                "no outcome for the release of {target} within 2s (no agent is running): request withdrawn, nothing was released"
+            )),
+        "{err}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert!(left.is_empty(), "withdrawn: {left:?}");
+}

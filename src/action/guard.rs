@@ -113,17 +113,25 @@ impl Guard {
         let owner = self.enforcer.no_hand().is_none();
         let thawed = self.enforcer.verify_held();
         let mut commands = self.decider.thawed_outside(now, wall, &thawed);
-        let releases = if owner {
+        let taken = if owner {
             state::take_releases(self.enforcer.state_file())
         } else {
             Vec::new()
         };
+        let requests: Vec<state::ReleaseRequest> = taken
+            .iter()
+            .filter_map(|t| t.request.as_ref().ok().cloned())
+            .collect();
         self.decider.set_unable(self.enforcer.unable());
-        commands.extend(self.decider.decide(now, wall, snap, &releases));
+        commands.extend(self.decider.decide(now, wall, snap, &requests));
+        let released = self.decider.take_released();
         let reports = self.enforcer.run(commands);
         let settled = self.decider.settle(now, wall, reports);
         self.enforcer.run(settled);
         self.enforcer.reconcile();
+        // After the undos and the state write: a sender that reads its outcome finds the state
+        // file saying the same.
+        answer_releases(taken, released);
         // As of the decision, not of the end of the writes: a hold's remaining time is exact.
         self.status_at(now, wall)
     }
@@ -155,6 +163,36 @@ impl Guard {
             limits_held: self.enforcer.limits_held(),
             limits_reasserted_total: self.enforcer.reasserted(),
             ..self.decider.status(now, wall)
+        }
+    }
+}
+
+/// Writes each taken request's outcome beside it (`released` pairs with the readable ones).
+fn answer_releases(taken: Vec<state::TakenRelease>, released: Vec<Vec<state::ReleasedBreaker>>) {
+    use state::{ReleaseOutcome, ReleaseVerdict};
+    let mut released = released.into_iter();
+    for t in taken {
+        let outcome = match t.request {
+            Ok(_) => {
+                let r = released.next().unwrap_or_default();
+                ReleaseOutcome {
+                    verdict: if r.is_empty() {
+                        ReleaseVerdict::NotHeld
+                    } else {
+                        ReleaseVerdict::Released
+                    },
+                    released: r,
+                    reason: None,
+                }
+            }
+            Err(why) => ReleaseOutcome {
+                verdict: ReleaseVerdict::Refused,
+                released: Vec::new(),
+                reason: Some(why),
+            },
+        };
+        if let Err(e) = state::write_release_outcome(&t.path, &outcome) {
+            tracing::warn!(path = %t.path.display(), error = %e, "cannot write a release outcome");
         }
     }
 }

@@ -537,7 +537,7 @@ fn a_release_request_thaws_and_closes() {
     let s = snap(vec![w(&r, "feeds", BACKEND, "relay", "aaa", 1900)]);
     r.step(&s);
     r.at(M, &s);
-    state::request_release(
+    let sent = state::request_release(
         &r.dir.path().join("state.json"),
         &state::ReleaseRequest {
             namespace: "feeds".into(),
@@ -552,6 +552,28 @@ fn a_release_request_thaws_and_closes() {
     assert_eq!(
         r.rec.calls().last().unwrap(),
         &format!("thaw /kubepods/pod-{BACKEND}/aaa")
+    );
+    // The sender's answer, written once the thaw and the state write are done.
+    let o = state::take_release_outcome(&sent)
+        .unwrap()
+        .expect("an outcome");
+    assert_eq!(o.verdict, state::ReleaseVerdict::Released);
+    assert_eq!(
+        o.released,
+        vec![state::ReleasedBreaker {
+            rule: "log-flood".into(),
+            namespace: "feeds".into(),
+            pod: BACKEND.into(),
+            container: "relay".into(),
+            action: "freeze".into(),
+        }]
+    );
+    assert_eq!(
+        state::load(&r.dir.path().join("state.json"))
+            .unwrap()
+            .unwrap()
+            .breakers,
+        vec![]
     );
 }
 

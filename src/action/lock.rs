@@ -96,6 +96,54 @@ impl StateLock {
     }
 }
 
+/// Who holds the state lock, as seen by a command that only asks (`nodeguard release`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// A live agent (the pid it wrote, or `unknown`).
+    Agent { pid: String },
+    /// No agent holds it (or none ever ran with this state file).
+    Free,
+}
+
+/// Asks whether an agent holds the lock: opened read-only, without following a link or
+/// blocking; a shared lock tried and dropped at once. An agent that starts in that instant
+/// misses its lock for one tick and takes it at the next (it retries every tick).
+pub(crate) fn holder(state_file: &Path) -> Result<Holder, NoHand> {
+    let path = lock_path(state_file);
+    let unusable = |e: &dyn std::fmt::Display| NoHand::Unusable {
+        path: path.clone(),
+        error: e.to_string(),
+    };
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Holder::Free),
+        Err(e) => return Err(unusable(&e)),
+    };
+    if !file.metadata().map_err(|e| unusable(&e))?.is_file() {
+        return Err(unusable(&"not a regular file"));
+    }
+    match Flock::lock(file, FlockArg::LockSharedNonblock) {
+        Ok(_shared) => Ok(Holder::Free),
+        Err((mut file, Errno::EWOULDBLOCK)) => {
+            let mut pid = String::new();
+            let _ = (&mut file).take(32).read_to_string(&mut pid);
+            let pid = pid.trim();
+            Ok(Holder::Agent {
+                pid: if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+                    "unknown".into()
+                } else {
+                    pid.into()
+                },
+            })
+        }
+        Err((_, e)) => Err(unusable(&e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,8 +157,19 @@ mod tests {
             Err(NoHand::Owned { pid, .. }) => assert_eq!(pid, std::process::id().to_string()),
             other => panic!("second must be refused: {other:?}"),
         }
+        assert_eq!(
+            holder(&state),
+            Ok(Holder::Agent {
+                pid: std::process::id().to_string()
+            })
+        );
         drop(first);
+        assert_eq!(holder(&state), Ok(Holder::Free));
         StateLock::take(&state).expect("free again once dropped");
+        assert_eq!(
+            holder(&dir.path().join("none/state.json")),
+            Ok(Holder::Free)
+        );
     }
 
     #[test]

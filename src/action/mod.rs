@@ -12,7 +12,7 @@ pub mod enforce;
 pub mod evidence;
 pub mod guard;
 pub mod limit;
-mod lock;
+pub(crate) mod lock;
 pub mod notify;
 pub mod owner;
 pub mod state;

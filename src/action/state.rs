@@ -275,8 +275,9 @@ pub fn request_release(state_path: &Path, req: &ReleaseRequest) -> std::io::Resu
     Ok(path)
 }
 
-/// Takes every pending release request (and removes its file).
-pub fn take_releases(state_path: &Path) -> Vec<ReleaseRequest> {
+/// Takes every pending release request (and removes its file); a request that cannot be read is
+/// taken too, as refused, so its sender hears why.
+pub fn take_releases(state_path: &Path) -> Vec<TakenRelease> {
     let dir = release_dir(state_path);
     let Ok(rd) = std::fs::read_dir(&dir) else {
         return Vec::new();
@@ -284,25 +285,140 @@ pub fn take_releases(state_path: &Path) -> Vec<ReleaseRequest> {
     let mut out = Vec::new();
     for e in rd.flatten() {
         let p = e.path();
-        if p.extension().and_then(|x| x.to_str()) != Some("json") {
-            continue;
+        match p.extension().and_then(|x| x.to_str()) {
+            Some("json") => {}
+            Some("outcome") => {
+                prune_outcome(&p);
+                continue;
+            }
+            _ => continue,
         }
-        match fsio::read_regular_text(&p, MAX_RELEASE_BYTES, Reader::State)
+        let request = match fsio::read_regular_text(&p, MAX_RELEASE_BYTES, Reader::State)
             .map(|t| serde_json::from_str::<ReleaseRequest>(&t))
         {
-            Ok(Ok(r)) => out.push(r),
+            Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => {
-                tracing::warn!(path = %p.display(), error = %e, "ignoring a malformed release request")
+                tracing::warn!(path = %p.display(), error = %e, "ignoring a malformed release request");
+                Err(format!("malformed request: {e}"))
             }
             Err(e) => {
-                tracing::warn!(path = %p.display(), error = %e, "cannot read a release request")
+                tracing::warn!(path = %p.display(), error = %e, "cannot read a release request");
+                Err(format!("unreadable request: {e}"))
             }
-        }
+        };
         if let Err(e) = std::fs::remove_file(&p) {
             tracing::warn!(path = %p.display(), error = %e, "cannot remove a release request");
         }
+        out.push(TakenRelease { path: p, request });
     }
     out
+}
+
+/// One request taken from the release directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TakenRelease {
+    /// Where it was: its outcome is written beside it ([`outcome_path`]).
+    pub path: PathBuf,
+    pub request: Result<ReleaseRequest, String>,
+}
+
+/// What the agent did with a release request, written beside it for `nodeguard release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseOutcome {
+    pub verdict: ReleaseVerdict,
+    /// The breakers released (their holds undone; a failed thaw is retried every tick).
+    #[serde(default)]
+    pub released: Vec<ReleasedBreaker>,
+    /// Why it was refused.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseVerdict {
+    Released,
+    /// Nothing matched when the agent read it: the hold ended (or was released) in between.
+    NotHeld,
+    Refused,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasedBreaker {
+    pub rule: String,
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub action: String,
+}
+
+impl ReleaseRequest {
+    /// The breaker of `id` (its pod now `pod`) under `rule` is one this request releases. The
+    /// agent and the CLI's check before sending both use this.
+    pub fn matches(&self, id: &BreakerId, pod: &str, rule: &str) -> bool {
+        id.namespace == self.namespace
+            && (id.owner == self.pod || pod == self.pod)
+            && id.container == self.container
+            && self.rule.as_deref().is_none_or(|r| r == rule)
+    }
+}
+
+/// `<request>.outcome`: inside the release directory, whatever the request was named.
+pub fn outcome_path(request: &Path) -> PathBuf {
+    request.with_extension("outcome")
+}
+
+/// Outcomes nobody read (`release --no-wait`, a CLI that gave up) are removed after this.
+const OUTCOME_KEEP: std::time::Duration = std::time::Duration::from_secs(600);
+
+fn prune_outcome(p: &Path) {
+    let old = std::fs::symlink_metadata(p)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|age| age > OUTCOME_KEEP);
+    if old {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// Writes a request's outcome atomically (temp file, rename) beside it. The release directory
+/// must be a real directory: a link there is not followed out of the state directory.
+pub fn write_release_outcome(request: &Path, outcome: &ReleaseOutcome) -> std::io::Result<()> {
+    let dir = request.parent().unwrap_or(Path::new("."));
+    if !std::fs::symlink_metadata(dir)?.is_dir() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    let path = outcome_path(request);
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("x");
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let written = serde_json::to_vec(outcome)
+        .map_err(std::io::Error::other)
+        .and_then(|body| write_new(&tmp, &body, false))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// The outcome of the request sent to `request`, once the agent wrote it (then removed: it is
+/// read once). `Ok(None)` while there is none.
+pub fn take_release_outcome(request: &Path) -> Result<Option<ReleaseOutcome>, ReadError> {
+    let path = outcome_path(request);
+    match fsio::read_regular_text(&path, MAX_RELEASE_BYTES, Reader::State) {
+        Ok(text) => {
+            let o = serde_json::from_str(&text)
+                .map_err(|e| ReadError::parse(&path, ParseError::new(e.to_string())))?;
+            let _ = std::fs::remove_file(&path);
+            Ok(Some(o))
+        }
+        Err(e) if e.is_gone() => Ok(None),
+        Err(e) => Err(ReadError::io(&path, std::io::Error::other(e))),
+    }
 }
 
 #[cfg(test)]
@@ -417,7 +533,9 @@ mod tests {
         let rel = release_dir(&path);
         std::fs::create_dir_all(&rel).unwrap();
         nix::unistd::mkfifo(&rel.join("1-1.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
-        assert!(take_releases(&path).is_empty());
+        let taken = take_releases(&path);
+        assert_eq!(taken.len(), 1);
+        assert!(taken[0].request.as_ref().unwrap_err().contains("regular"));
         assert!(
             !rel.join("1-1.json").exists(),
             "taken away, not left to block again"
@@ -463,8 +581,34 @@ mod tests {
             container: "relay".into(),
             rule: None,
         };
-        request_release(&state, &req).unwrap();
-        assert_eq!(take_releases(&state), vec![req]);
+        let sent = request_release(&state, &req).unwrap();
+        assert_eq!(
+            take_releases(&state),
+            vec![TakenRelease {
+                path: sent.clone(),
+                request: Ok(req)
+            }]
+        );
         assert!(take_releases(&state).is_empty());
+        // Its outcome, written beside it, is read once; a link in the release dir's place is
+        // not written through.
+        assert_eq!(take_release_outcome(&sent).unwrap(), None);
+        let o = ReleaseOutcome {
+            verdict: ReleaseVerdict::NotHeld,
+            released: vec![],
+            reason: None,
+        };
+        write_release_outcome(&sent, &o).unwrap();
+        assert!(take_releases(&state).is_empty(), "a fresh outcome is kept");
+        assert_eq!(take_release_outcome(&sent).unwrap(), Some(o.clone()));
+        assert_eq!(take_release_outcome(&sent).unwrap(), None);
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let linked = dir.path().join("linked/state.json");
+        std::fs::create_dir(dir.path().join("linked")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, release_dir(&linked)).unwrap();
+        let planted = release_dir(&linked).join("1-1.json");
+        assert!(write_release_outcome(&planted, &o).is_err());
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
     }
 }

@@ -12,6 +12,9 @@ pub struct Style {
     /// ANSI colour (a terminal, and `NO_COLOR` unset).
     pub colour: bool,
     pub wide: bool,
+    /// The terminal's columns: no line is longer (columns are shortened, elided or hidden to
+    /// fit). `None` (not a terminal): every line whole.
+    pub width: Option<usize>,
 }
 
 /// Control characters (C0, DEL, C1) as `\xNN`, and the invisible characters that change how a
@@ -183,35 +186,86 @@ fn cells(r: &Row, wide: bool) -> Vec<Cell> {
     out
 }
 
-fn table(rows: &[Row], style: Style, paint: &Paint) -> String {
-    let mut head = vec![
-        "WORKLOAD",
-        "MEM/LIMIT",
-        "MEM%",
-        "OOM",
-        "RESTARTS",
-        "LOG/MIN",
-        "TCP/UDP",
-        "ZOMBIES",
-        "CONNTRACK",
-    ];
-    if style.wide {
-        head.extend(["STDERR/MIN", "PROCS", "QOS"]);
+/// Headers, and their short forms for a narrow terminal.
+const HEAD: [(&str, &str); 12] = [
+    ("WORKLOAD", "WORKLOAD"),
+    ("MEM/LIMIT", "MEM/LIM"),
+    ("MEM%", "MEM%"),
+    ("OOM", "OOM"),
+    ("RESTARTS", "RST"),
+    ("LOG/MIN", "LOG/M"),
+    ("TCP/UDP", "TCP/UDP"),
+    ("ZOMBIES", "ZOMB"),
+    ("CONNTRACK", "CT"),
+    ("STDERR/MIN", "ERR/M"),
+    ("PROCS", "PROCS"),
+    ("QOS", "QOS"),
+];
+/// Hidden first when even short headers and an elided name do not fit (a column with a cell
+/// past a threshold is never hidden): the wide extras, then the rarer symptoms.
+const HIDE_ORDER: [usize; 11] = [11, 10, 9, 3, 8, 4, 6, 7, 5, 2, 1];
+/// The name is elided down to this before any column is hidden.
+const MIN_NAME: usize = 20;
+
+/// `s` in at most `w` columns, its middle elided (the container name at the end stays).
+fn elide(s: &str, w: usize) -> String {
+    let n = s.chars().count();
+    if n <= w {
+        return s.to_owned();
     }
+    if w == 0 {
+        return String::new();
+    }
+    let head = (w - 1) / 2;
+    let tail = w - 1 - head;
+    let mut out: String = s.chars().take(head).collect();
+    out.push('\u{2026}');
+    out.extend(s.chars().skip(n - tail));
+    out
+}
+
+/// The table, and the headers of the columns hidden to fit the width.
+fn table(rows: &[Row], style: Style, paint: &Paint) -> (String, Vec<&'static str>) {
+    let n = if style.wide { 12 } else { 9 };
     let body: Vec<Vec<Cell>> = rows.iter().map(|r| cells(r, style.wide)).collect();
-    let width = |i: usize| {
+    let natural = |i: usize, short: bool| {
+        let h = if short { HEAD[i].1 } else { HEAD[i].0 };
         body.iter()
             .map(|c| c[i].text.chars().count())
-            .chain([head[i].len()])
+            .chain([h.len()])
             .max()
             .unwrap_or(0)
     };
-    let widths: Vec<usize> = (0..head.len()).map(width).collect();
+    let rest = |shown: &[usize], short: bool| -> usize {
+        shown[1..].iter().map(|&i| natural(i, short) + 2).sum()
+    };
+    let mut shown: Vec<usize> = (0..n).collect();
+    let mut short = false;
+    let mut name_w = natural(0, false);
+    let mut hidden = Vec::new();
+    if let Some(w) = style.width {
+        // The name is elided first, then the headers shortened, then columns hidden.
+        let least = name_w.min(MIN_NAME);
+        short = least + rest(&shown, false) > w;
+        for &d in HIDE_ORDER.iter().filter(|&&d| d < n) {
+            if least + rest(&shown, short) <= w {
+                break;
+            }
+            if !body.iter().any(|c| c[d].marked) {
+                shown.retain(|&i| i != d);
+                hidden.push(HEAD[d].0);
+            }
+        }
+        name_w = name_w.min(w.saturating_sub(rest(&shown, short)).max(least.min(w)));
+    }
+    let widths: Vec<usize> = (0..n)
+        .map(|i| if i == 0 { name_w } else { natural(i, short) })
+        .collect();
     let mut out = String::new();
-    let line: Vec<String> = head
+    let line: Vec<String> = shown
         .iter()
-        .enumerate()
-        .map(|(i, h)| {
+        .map(|&i| {
+            let h = if short { HEAD[i].1 } else { HEAD[i].0 };
             if i == 0 {
                 format!("{h:<w$}", w = widths[i])
             } else {
@@ -222,15 +276,20 @@ fn table(rows: &[Row], style: Style, paint: &Paint) -> String {
     out.push_str(&paint.bold(line.join("  ").trim_end()));
     out.push('\n');
     for row in &body {
-        let line: Vec<String> = row
+        let line: Vec<String> = shown
             .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let pad = widths[i].saturating_sub(c.text.chars().count());
-                let padded = if c.right {
-                    format!("{}{}", " ".repeat(pad), c.text)
+            .map(|&i| {
+                let c = &row[i];
+                let text = if i == 0 {
+                    elide(&c.text, widths[i])
                 } else {
-                    format!("{}{}", c.text, " ".repeat(pad))
+                    c.text.clone()
+                };
+                let pad = widths[i].saturating_sub(text.chars().count());
+                let padded = if c.right {
+                    format!("{}{}", " ".repeat(pad), text)
+                } else {
+                    format!("{}{}", text, " ".repeat(pad))
                 };
                 if c.marked {
                     paint.red(&padded)
@@ -241,6 +300,57 @@ fn table(rows: &[Row], style: Style, paint: &Paint) -> String {
             .collect();
         out.push_str(line.join("  ").trim_end());
         out.push('\n');
+    }
+    (out, hidden)
+}
+
+/// Columns `line` takes on a terminal: its characters less our own SGR sequences (every other
+/// ESC was escaped before).
+fn columns(line: &str) -> usize {
+    let mut n = 0;
+    let mut in_sgr = false;
+    for c in line.chars() {
+        match (in_sgr, c) {
+            (false, '\x1b') => in_sgr = true,
+            (true, 'm') => in_sgr = false,
+            (true, _) => {}
+            (false, _) => n += 1,
+        }
+    }
+    n
+}
+
+/// `line` cut to `w` columns, ending with an ellipsis when cut; a colour open at the cut is
+/// closed.
+fn fit(line: &str, w: usize) -> String {
+    if columns(line) <= w {
+        return line.to_owned();
+    }
+    let mut out = String::new();
+    let (mut n, mut in_sgr, mut coloured) = (0, false, false);
+    for c in line.chars() {
+        if in_sgr {
+            out.push(c);
+            in_sgr = c != 'm';
+            continue;
+        }
+        if c == '\x1b' {
+            in_sgr = true;
+            coloured = true;
+            out.push(c);
+            continue;
+        }
+        if n + 1 >= w {
+            break;
+        }
+        out.push(c);
+        n += 1;
+    }
+    if w > 0 {
+        out.push('\u{2026}');
+    }
+    if coloured {
+        out.push_str("\x1b[0m");
     }
     out
 }
@@ -370,7 +480,11 @@ pub fn text(v: &View, style: Style) -> String {
     }
     let _ = writeln!(o, "{node_line}");
     o.push('\n');
-    o.push_str(&table(&v.workloads, style, &p));
+    let (tab, hidden) = table(&v.workloads, style, &p);
+    o.push_str(&tab);
+    if !hidden.is_empty() {
+        let _ = writeln!(o, "(hidden to fit: {}; -o json has all)", hidden.join(", "));
+    }
     if v.workloads.len() < v.workloads_total {
         let _ = writeln!(
             o,
@@ -427,5 +541,48 @@ pub fn text(v: &View, style: Style) -> String {
             );
         }
     }
-    o
+    match style.width {
+        Some(w) => o.lines().flat_map(|l| wrap(l, w)).collect(),
+        None => o,
+    }
+}
+
+/// A line too long for `w` columns, broken where it separates its parts (two spaces, or a
+/// list's `, `) into indented continuation lines, so nothing is lost (the node line's `past:`
+/// comes last); a part longer than a whole line is cut. Each returned line ends with a newline.
+fn wrap(line: &str, w: usize) -> Vec<String> {
+    const INDENT: &str = "    ";
+    if columns(line) <= w {
+        return vec![format!("{line}\n")];
+    }
+    // Parts with the separator that precedes them (a list's comma stays on the left).
+    let mut parts: Vec<(&str, &str)> = Vec::new();
+    for (i, chunk) in line.split("  ").enumerate() {
+        for (j, p) in chunk.split_inclusive(", ").enumerate() {
+            let sep = match (i, j) {
+                (0, 0) => "",
+                (_, 0) => "  ",
+                _ => " ",
+            };
+            parts.push((
+                sep,
+                p.strip_suffix(' ')
+                    .filter(|_| p.ends_with(", "))
+                    .unwrap_or(p),
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for (sep, part) in parts {
+        if !cur.trim().is_empty() && columns(&cur) + sep.len() + columns(part) > w {
+            out.push(fit(&cur, w) + "\n");
+            cur = format!("{INDENT}{part}");
+        } else {
+            cur.push_str(sep);
+            cur.push_str(part);
+        }
+    }
+    out.push(fit(&cur, w) + "\n");
+    out
 }

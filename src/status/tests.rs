@@ -103,6 +103,7 @@ fn no_control_character_reaches_the_screen() {
         Style {
             colour: true,
             wide: true,
+            width: None,
         },
     ] {
         let screen = text(&v, style);
@@ -155,5 +156,92 @@ fn an_agent_that_does_not_own_the_state_says_so() {
     assert!(
         out.contains("guard: NOT the owner, acts on nothing: the state directory is owned by another nodeguard (pid 7"),
         "{out}"
+    );
+}
+
+/// The fixture with a pod named as long as Kubernetes allows (a StatefulSet's, 63 characters).
+fn long_names() -> State {
+    let long = "ingest-pipeline-backfill-worker-with-a-very-long-statefulset-0";
+    serde_json::from_str(&STATE.replace("api-1", long)).unwrap()
+}
+
+#[test]
+fn the_screen_fits_80_and_120_columns_and_a_pipe_gets_it_whole() {
+    let v = View::build(&long_names(), 1002.0, &Options::default());
+    let whole = text(&v, Style::default());
+    let longest = |s: &str| s.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(
+        longest(&whole) > 120,
+        "the fixture must be too wide:\n{whole}"
+    );
+    assert!(whole.contains("ingest-pipeline-backfill-worker-with-a-very-long-statefulset-0/api"));
+    for wide in [false, true] {
+        for w in [80, 120] {
+            let screen = text(
+                &v,
+                Style {
+                    colour: false,
+                    wide,
+                    width: Some(w),
+                },
+            );
+            for l in screen.lines() {
+                assert!(l.chars().count() <= w, "{w} (wide {wide}): {l:?}\n{screen}");
+            }
+            // Columns with a cell past its threshold are never the ones hidden.
+            assert!(
+                screen.contains("88%*") && screen.contains("1900*"),
+                "{screen}"
+            );
+        }
+    }
+    let at = |w: usize, wide: bool| {
+        text(
+            &v,
+            Style {
+                colour: true,
+                wide,
+                width: Some(w),
+            },
+        )
+    };
+    // 120: every column, the name elided in its middle (the container stays readable).
+    let s120 = at(120, false);
+    assert!(
+        s120.contains("RESTARTS") && !s120.contains("hidden"),
+        "{s120}"
+    );
+    // 80: short headers, and what did not fit is said.
+    let s80 = at(80, false);
+    assert!(s80.contains("RST") && s80.contains("LOG/M"), "{s80}");
+    assert!(s80.contains("\u{2026}"), "{s80}");
+    // Lines of parts are broken between parts, never cut: the node rule past its threshold stays.
+    assert!(
+        s80.contains("past: ct*") && s80.contains("5 left,\n    cool-down 12s left"),
+        "{s80}"
+    );
+    let s80w = at(80, true);
+    assert!(s80w.contains("(hidden to fit: QOS"), "{s80w}");
+    // Colour codes do not count as columns, and a cut line closes its colour.
+    for (w, screen) in [(80, &s80), (120, &s120), (80, &s80w)] {
+        for l in screen.lines() {
+            let visible = l
+                .replace("\u{1b}[0m", "")
+                .replace("\u{1b}[1;31m", "")
+                .replace("\u{1b}[1;33m", "")
+                .replace("\u{1b}[1m", "");
+            assert!(visible.chars().count() <= w, "{l:?}");
+        }
+    }
+    eprintln!(
+        "80 columns:\n{}",
+        text(
+            &v,
+            Style {
+                colour: false,
+                wide: false,
+                width: Some(80)
+            }
+        )
     );
 }

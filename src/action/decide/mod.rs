@@ -152,6 +152,8 @@ pub struct Decider {
     /// Why no hold can be applied now (no state lock, no durable record): rules that would act
     /// are not tripped (nor paced) while it lasts.
     unable: Option<String>,
+    /// What each release request of the last tick released, in the order given.
+    released: Vec<Vec<state::ReleasedBreaker>>,
 }
 
 /// `now + d`, saturating far in the future instead of overflowing (config bounds every duration;
@@ -195,6 +197,7 @@ impl Decider {
             scopes,
             pin_instances: HashMap::new(),
             unable: None,
+            released: Vec::new(),
             engine: RuleEngine::new(cfg.rules.clone()),
             throttle: Throttle::new(cfg.cooldown, cfg.max_actions_per_10m),
             cfg,
@@ -868,21 +871,15 @@ impl Decider {
 
     fn releases(&mut self, requests: &[ReleaseRequest], out: &mut Vec<Command>) -> bool {
         let mut changed = false;
+        self.released.clear();
         for req in requests {
             let keys: Vec<Key> = self
                 .breakers
                 .iter()
-                .filter(|((id, r), b)| {
-                    id.namespace == req.namespace
-                        && (id.owner == req.pod || b.pod == req.pod)
-                        && id.container == req.container
-                        && req
-                            .rule
-                            .as_ref()
-                            .is_none_or(|n| *n == self.cfg.rules[*r].name)
-                })
+                .filter(|((id, r), b)| req.matches(id, &b.pod, &self.cfg.rules[*r].name))
                 .map(|(k, _)| k.clone())
                 .collect();
+            let mut released = Vec::new();
             for k in keys {
                 if let Some(mut b) = self.breakers.remove(&k) {
                     undo_all(&mut b, out);
@@ -891,11 +888,24 @@ impl Decider {
                     self.engine.reset_matching(b.rule, |t| covers(&id, t));
                     let e = self.event(&b, "released", "thawed by hand", Duration::ZERO);
                     out.push(Command::Notify(e));
+                    released.push(state::ReleasedBreaker {
+                        rule: self.cfg.rules[b.rule].name.clone(),
+                        namespace: b.id.namespace.clone(),
+                        pod: b.pod.clone(),
+                        container: b.id.container.clone(),
+                        action: b.action.as_str().to_owned(),
+                    });
                     changed = true;
                 }
             }
+            self.released.push(released);
         }
         changed
+    }
+
+    /// What each release request given to the last [`Decider::decide`] released, in order.
+    pub fn take_released(&mut self) -> Vec<Vec<state::ReleasedBreaker>> {
+        std::mem::take(&mut self.released)
     }
 
     pub fn dry_run(&self) -> bool {

@@ -1,6 +1,7 @@
 //! `nodeguard-gen`: writes the shipped objects that are derived from other files, so they are
 //! never edited by hand: the VMRule and PrometheusRule (from daemonset/rules/nodeguard.rules.yaml),
-//! the Grafana dashboard (from the panel table in dashboard.rs) and its ConfigMap.
+//! the Grafana dashboard (from the panel table in dashboard.rs) and its ConfigMap, and the man
+//! pages (from the CLI's definition, man.rs).
 //! `--check` writes nothing and fails when a committed file differs (scripts/ship-check).
 //! The subcommands are ship-check's own policy checks of what ships (`policy`, `gitops`) and the
 //! YAML reshapes it needs for outside tools (`split-crds`, `spec`); see [`policy`]; and the
@@ -8,6 +9,7 @@
 
 mod bench;
 mod dashboard;
+mod man;
 mod policy;
 mod rules;
 
@@ -196,6 +198,10 @@ fn outputs(root: &Path) -> Result<Vec<(&'static str, String)>, String> {
         ));
     }
     let json = dashboard::render_json();
+    // Leaked: a handful of page names, once per run of a generator.
+    let man = man::pages()?
+        .into_iter()
+        .map(|(path, text)| (&*Box::leak(path.into_boxed_str()), text));
     Ok(vec![
         (
             "daemonset/components/vmrule/vmrule.yaml",
@@ -210,7 +216,10 @@ fn outputs(root: &Path) -> Result<Vec<(&'static str, String)>, String> {
             dashboard::render_configmap(&json),
         ),
         (dashboard::JSON_PATH, json),
-    ])
+    ]
+    .into_iter()
+    .chain(man)
+    .collect())
 }
 
 /// The first line where two texts differ, for a drift report.
@@ -305,7 +314,7 @@ mod tests {
     #[test]
     fn outputs_render_from_the_repository() {
         let files = outputs(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();
-        assert_eq!(files.len(), 4);
+        assert_eq!(files.len(), 4 + man::pages().unwrap().len());
         assert!(files.iter().all(|(_, c)| c.ends_with('\n')));
     }
 }
