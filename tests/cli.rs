@@ -103,7 +103,12 @@ fn default_run_serves_metrics_on_9913() {
         assert_eq!(ready.as_deref(), Some("ready\n"));
         let (code, metrics) = http_get(addr, "/metrics").unwrap();
         assert_eq!(code, 200);
-        assert!(metrics.ends_with("# EOF\n"));
+        // curl's view: the Prometheus text format 0.0.4 (OpenMetrics only when asked for).
+        assert!(!metrics.contains("# EOF"), "{metrics}");
+        assert!(
+            metrics.contains("\n# TYPE nodeguard_ticks_total counter\n"),
+            "{metrics}"
+        );
         assert!(
             metrics.contains("nodeguard_build_info{version=\""),
             "{metrics}"

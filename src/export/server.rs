@@ -1,6 +1,7 @@
 //! The HTTP endpoints. Every handler reads the last snapshot; none of them touches the kernel, so
 //! a scrape or a probe costs the same whatever the node is going through.
 
+use super::exposition::{negotiate, to_text, ConvertError, Format};
 use super::limits::{Guarded, Slot, SlotGuard, Slots};
 use super::metrics::{latest, render_live, render_part, SharedSnapshot};
 use super::stats::{OpenGuard, ServerStats, TimeoutReason};
@@ -8,7 +9,7 @@ use super::watchdog::TickWatch;
 use crate::config::Http;
 use crate::model::Published;
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE, VARY};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
@@ -21,8 +22,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone)]
 pub struct Endpoints {
@@ -42,27 +41,30 @@ impl Endpoints {
         slot: &Arc<Slot>,
         method: &Method,
         path: &str,
+        headers: &HeaderMap,
     ) -> Response<Chunks> {
         if method != Method::GET && method != Method::HEAD {
             return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into());
         }
         match path {
             "/metrics" => {
-                let shared = bodies
-                    .metrics
-                    .get(&self.shared, slot, |_| {
-                        render_part(&self.registry).map(String::into_bytes)
-                    })
-                    .await;
-                match (shared, render_live(&self.live)) {
-                    (Ok(head), Ok(tail)) => with_type(
-                        Chunks(VecDeque::from([head, Bytes::from(tail)])),
-                        OPENMETRICS,
-                    ),
-                    _ => text(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "encoding failed\n".into(),
-                    ),
+                let accept = headers.get_all(ACCEPT).iter();
+                let format = negotiate(accept.filter_map(|v| v.to_str().ok()));
+                match self.metrics(bodies, slot, format).await {
+                    Ok(body) => {
+                        let mut r = with_type(body, format.content_type());
+                        // The body depends on Accept: a cache must not hand one format to the other.
+                        r.headers_mut()
+                            .insert(VARY, HeaderValue::from_static("accept"));
+                        r
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "encoding /metrics failed");
+                        text(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "encoding failed\n".into(),
+                        )
+                    }
                 }
             }
             "/healthz" => match self.watch.stall_message() {
@@ -89,7 +91,7 @@ impl Endpoints {
             "/api/state" => {
                 let body = bodies
                     .state
-                    .get(&self.shared, slot, serde_json::to_vec_pretty)
+                    .get(&self.shared, slot, |s| serde_json::to_vec_pretty(&**s))
                     .await;
                 match body {
                     Ok(b) => with_type(Chunks(VecDeque::from([b])), "application/json"),
@@ -102,6 +104,56 @@ impl Endpoints {
             ),
         }
     }
+}
+
+impl Endpoints {
+    /// `/metrics` in `format`: the snapshot's part shared per format, then the live part.
+    async fn metrics(
+        &self,
+        bodies: &Bodies,
+        slot: &Arc<Slot>,
+        format: Format,
+    ) -> Result<Chunks, MetricsError> {
+        let (head, tail) = match format {
+            Format::OpenMetrics(_) => {
+                let head = bodies
+                    .metrics
+                    .get(&self.shared, slot, |_| {
+                        render_part(&self.registry).map(String::into_bytes)
+                    })
+                    .await?;
+                (head, render_live(&self.live)?)
+            }
+            Format::Text => {
+                let head = bodies
+                    .text
+                    .get(&self.shared, slot, |snap| {
+                        // Converted from this snapshot's OpenMetrics body when it is cached;
+                        // else from one rendered for the purpose and dropped, so that a scraper
+                        // of text alone keeps one body per snapshot, not two.
+                        let text = match bodies.metrics.current_for(snap) {
+                            Some(om) => to_text(std::str::from_utf8(&om.body)?)?,
+                            None => to_text(&render_part(&self.registry)?)?,
+                        };
+                        Ok::<_, MetricsError>(text.into_bytes())
+                    })
+                    .await?;
+                (head, to_text(&render_live(&self.live)?)?)
+            }
+        };
+        Ok(Chunks(VecDeque::from([head, Bytes::from(tail)])))
+    }
+}
+
+/// Why `/metrics` could not be encoded: a bug, answered 500 and logged.
+#[derive(Debug, thiserror::Error)]
+enum MetricsError {
+    #[error("prometheus-client failed to encode")]
+    Encode(#[from] std::fmt::Error),
+    #[error(transparent)]
+    Convert(#[from] ConvertError),
+    #[error("the rendered OpenMetrics body is not UTF-8")]
+    NotUtf8(#[from] std::str::Utf8Error),
 }
 
 fn with_type(body: Chunks, content_type: &'static str) -> Response<Chunks> {
@@ -148,10 +200,14 @@ impl Body for Chunks {
 
 // === impl Bodies ===
 
-/// The bodies of `/metrics` (its snapshot part) and `/api/state`: rendered once per published
-/// snapshot and shared by every reader, so that memory does not grow with the number of readers.
+/// The bodies of `/metrics` (its snapshot part, per format) and `/api/state`: rendered once per
+/// published snapshot and shared by every reader, so that memory does not grow with the number
+/// of readers. A format nobody asks for is never rendered.
 pub(crate) struct Bodies {
+    /// OpenMetrics, as prometheus-client encodes it.
     metrics: Cache,
+    /// Prometheus text 0.0.4, converted from the OpenMetrics text.
+    text: Cache,
     state: Cache,
 }
 
@@ -165,6 +221,7 @@ impl Bodies {
         };
         Bodies {
             metrics: cache(),
+            text: cache(),
             state: cache(),
         }
     }
@@ -234,7 +291,7 @@ impl Cache {
         &self,
         shared: &SharedSnapshot,
         slot: &Arc<Slot>,
-        render: impl FnOnce(&Published) -> Result<Vec<u8>, E>,
+        render: impl FnOnce(&Arc<Published>) -> Result<Vec<u8>, E>,
     ) -> Result<Bytes, E> {
         if let Some(gen) = self.current_for(&latest(shared)) {
             return Ok(reader(gen, slot));
@@ -423,7 +480,13 @@ async fn connection<IO>(
         async move {
             let resp = served
                 .endpoints
-                .handle(&served.bodies, &on, req.method(), req.uri().path())
+                .handle(
+                    &served.bodies,
+                    &on,
+                    req.method(),
+                    req.uri().path(),
+                    req.headers(),
+                )
                 .await;
             Ok::<_, Infallible>(resp)
         }

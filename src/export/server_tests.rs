@@ -161,7 +161,12 @@ async fn at_the_cap_a_new_connection_evicts_the_oldest_idle_one() {
         text.contains("\nnodeguard_http_connections_evicted_total "),
         "{text}"
     );
-    assert!(text.ends_with("# EOF\n"), "{text}");
+    // No Accept header: the text format (OpenMetrics only when asked for).
+    assert!(
+        text.contains("\r\ncontent-type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+        "{text}"
+    );
+    assert!(!text.contains("# EOF"), "{text}");
 }
 
 #[tokio::test]
@@ -362,4 +367,129 @@ async fn readers_share_one_body_per_snapshot_and_the_oldest_are_cut() {
     assert_eq!(stats.body_bytes(), 2000);
     drop((c, d));
     assert_eq!(stats.body_bytes(), 1000, "the current one stays cached");
+}
+
+async fn get_accept(addr: SocketAddr, accept: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let req = format!(
+        "GET /metrics HTTP/1.1\r\nhost: t\r\naccept: {accept}\r\nconnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.expect("request");
+    String::from_utf8_lossy(&until_closed(&mut s).await).into_owned()
+}
+
+#[tokio::test]
+async fn metrics_answers_in_the_format_asked_for() {
+    let srv = start(http(8, 5, 10, 10)).await;
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                      version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let om = get_accept(srv.addr, prometheus).await;
+    let (head, body) = om.split_once("\r\n\r\n").expect("head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.contains(
+            "\r\ncontent-type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"
+        ),
+        "{head}"
+    );
+    assert!(head.contains("\r\nvary: accept\r\n"), "{head}");
+    assert!(body.ends_with("\n# EOF\n"), "{body}");
+    assert!(
+        body.contains("\nnodeguard_http_connections_max 8\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("# TYPE nodeguard_http_connections_evicted counter\n"),
+        "{body}"
+    );
+    for accept in ["*/*", "text/plain;version=0.0.4", "application/json"] {
+        let t = get_accept(srv.addr, accept).await;
+        let (head, body) = t.split_once("\r\n\r\n").expect("head");
+        assert!(
+            head.contains("\r\ncontent-type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+            "{accept}: {head}"
+        );
+        assert!(head.contains("\r\nvary: accept\r\n"), "{head}");
+        assert!(!body.contains("# EOF"), "{body}");
+        assert!(
+            body.contains(
+                "# TYPE nodeguard_http_connections_evicted_total counter\n\
+                 nodeguard_http_connections_evicted_total 0\n"
+            ),
+            "{body}"
+        );
+    }
+    // HEAD: the same head, no body.
+    let mut s = TcpStream::connect(srv.addr).await.expect("connect");
+    s.write_all(b"HEAD /metrics HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let head = String::from_utf8_lossy(&until_closed(&mut s).await).into_owned();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.contains("\r\ncontent-type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+        "{head}"
+    );
+    assert!(head.ends_with("\r\n\r\n"), "a body after the head: {head}");
+}
+
+fn head_bytes(c: &Chunks) -> Bytes {
+    c.0.front().cloned().expect("a head")
+}
+
+#[tokio::test]
+async fn each_format_is_rendered_once_per_snapshot_and_only_when_asked_for() {
+    let stats = Arc::new(ServerStats::default());
+    let ep = endpoints(&stats);
+    let bodies = Bodies::new(2, stats.clone());
+    let slots = Arc::new(Slots::default());
+    let conns: Vec<_> = (0..4).map(|_| slots.open()).collect();
+    let slot = |i: usize| conns[i].slot.clone();
+    let om_expected = render_part(&ep.registry).expect("render");
+    let text_expected = crate::export::exposition::to_text(&om_expected).expect("convert");
+    assert_ne!(om_expected, text_expected);
+
+    // A text scraper alone: one text body, no OpenMetrics body kept.
+    let a = ep
+        .metrics(&bodies, &slot(0), Format::Text)
+        .await
+        .expect("text");
+    let b = ep
+        .metrics(&bodies, &slot(1), Format::Text)
+        .await
+        .expect("text");
+    assert_eq!(head_bytes(&a), text_expected.as_bytes());
+    assert_eq!(
+        head_bytes(&a).as_ptr(),
+        head_bytes(&b).as_ptr(),
+        "one shared body"
+    );
+    assert_eq!(stats.body_bytes(), text_expected.len() as u64);
+
+    // An OpenMetrics scraper of the same snapshot adds its own, exactly what the encoder writes.
+    let om = Format::OpenMetrics(crate::export::exposition::OPENMETRICS_1);
+    let c = ep.metrics(&bodies, &slot(2), om).await.expect("om");
+    assert_eq!(head_bytes(&c), om_expected.as_bytes());
+    assert_eq!(
+        stats.body_bytes(),
+        (text_expected.len() + om_expected.len()) as u64
+    );
+    drop((a, b, c));
+
+    // Next snapshot, OpenMetrics first: the text is converted from that body, same bytes.
+    publish(&ep.shared);
+    let d = ep.metrics(&bodies, &slot(3), om).await.expect("om");
+    let e = ep
+        .metrics(&bodies, &slot(3), Format::Text)
+        .await
+        .expect("text");
+    assert_eq!(head_bytes(&d), om_expected.as_bytes());
+    assert_eq!(head_bytes(&e), text_expected.as_bytes());
+    // The current body of each format stays cached, the previous ones are gone.
+    drop((d, e));
+    assert_eq!(
+        stats.body_bytes(),
+        (text_expected.len() + om_expected.len()) as u64
+    );
+    assert_eq!(stats.cut(), 0);
 }

@@ -346,13 +346,29 @@ pub fn cli(config: &Path, args: &[&str]) -> (i32, String) {
 }
 
 pub fn http_get(addr: impl std::net::ToSocketAddrs, path: &str) -> Option<(u16, String)> {
+    http_get_as(addr, path, None).map(|(status, _, body)| (status, body))
+}
+
+/// `Accept` of Prometheus 2.x's scrapes: OpenMetrics first.
+pub const ACCEPT_PROMETHEUS: &str = "application/openmetrics-text;version=1.0.0,\
+    application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// A GET with this `Accept` header (none if `None`): status, `Content-Type`, body.
+pub fn http_get_as(
+    addr: impl std::net::ToSocketAddrs,
+    path: &str,
+    accept: Option<&str>,
+) -> Option<(u16, String, String)> {
     let addr = addr.to_socket_addrs().ok()?.next()?;
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{accept}Connection: close\r\n\r\n"
     )
     .ok()?;
     let mut buf = Vec::new();
@@ -368,7 +384,15 @@ pub fn http_get(addr: impl std::net::ToSocketAddrs, path: &str) -> Option<(u16, 
     } else {
         body.to_owned()
     };
-    Some((status, body))
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_default();
+    Some((status, content_type, body))
 }
 
 /// A chunked HTTP/1.1 body (Go servers send large answers so: vmalert, VictoriaMetrics).
