@@ -759,6 +759,12 @@ mod tests {
         assert_eq!(resolved[0]["startsAt"], first[0]["startsAt"]);
         assert_eq!(resolved[0]["annotations"]["transition"], "half_open");
         assert_eq!(n.status().active_alerts, 0);
+        // Counted once the worker has read the answer.
+        let t0 = Instant::now();
+        while n.status().sent_total < 3 {
+            assert!(t0.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(n.status().sent_total, 3);
         // A failed trip is a log line only.
         n.send(ev("action_failed", AlertState::None));

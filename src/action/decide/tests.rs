@@ -255,7 +255,13 @@ fn a_reload_into_dry_run_thaws_for_real_and_keeps_the_breaker() {
     let (mut d, now, wall) = tripped();
     let yaml = format!("guard:\n  dry_run: true\n  rules:\n{RULE}");
     let cmds = d.reconfigure(now, wall, guard_cfg(&yaml), vec![]);
-    assert_eq!(names(&cmds), vec!["undo", "persist"]);
+    assert_eq!(names(&cmds), vec!["undo", "notify", "persist"]);
+    // The alert's dry_run label changes: the notifier ends the old one and fires this one.
+    let Command::Notify(e) = &cmds[1] else {
+        panic!("{cmds:?}")
+    };
+    assert_eq!((e.transition, e.dry_run), ("mode_changed", true));
+    assert_eq!(e.alert, crate::action::notify::AlertState::Firing);
     let st = d.status(now, wall);
     assert!(st.dry_run && st.breakers[0].would_act);
     // A rule whose action changed releases its breaker.
