@@ -787,4 +787,22 @@ mod tests {
         assert_eq!(body[1]["labels"]["pod"], "p2");
         assert_eq!(body[1]["startsAt"], first[0]["startsAt"]);
     }
+
+    #[test]
+    fn a_reloaded_webhook_gets_the_firing_alerts_at_once() {
+        let (l1, l2) = (
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+            TcpListener::bind("127.0.0.1:0").unwrap(),
+        );
+        let url = |l: &TcpListener| format!("http://{}/api/v2/alerts", l.local_addr().unwrap());
+        let n = Notifier::new(Webhook::url(url(&l1)));
+        n.send(ev("opened", AlertState::Firing));
+        let (_, first) = accept(&l1);
+        let n2 = n.successor(Webhook::url(url(&l2)));
+        drop(n);
+        // Well before the 60 s re-send: the new endpoint is due at once.
+        let (_, carried) = accept(&l2);
+        assert_eq!(carried, first);
+        assert_eq!(n2.status().active_alerts, 1);
+    }
 }
