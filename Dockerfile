@@ -28,13 +28,13 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # The rust image has the native gcc; a cross build adds the other architecture's gcc as linker.
 RUN set -eux; \
     case "$TARGETARCH" in \
-      amd64) target=x86_64-unknown-linux-musl; cross=gcc-x86-64-linux-gnu ;; \
-      arm64) target=aarch64-unknown-linux-musl; cross=gcc-aarch64-linux-gnu ;; \
+      amd64) target=x86_64-unknown-linux-musl; cross="gcc-x86-64-linux-gnu libc6-dev-amd64-cross" ;; \
+      arm64) target=aarch64-unknown-linux-musl; cross="gcc-aarch64-linux-gnu libc6-dev-arm64-cross" ;; \
       *) echo "unsupported TARGETARCH=$TARGETARCH" >&2; exit 1 ;; \
     esac; \
     if [ "$TARGETARCH" != "$BUILDARCH" ]; then \
       apt-get update; \
-      apt-get install -y --no-install-recommends "$cross"; \
+      apt-get install -y --no-install-recommends $cross; \
       rm -rf /var/lib/apt/lists/*; \
     fi; \
     rustup target add "$target"; \

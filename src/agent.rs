@@ -179,7 +179,7 @@ impl Agent {
             undo,
             Freezer::detect(&layout),
             config.guard.state_file.clone(),
-            Notifier::new(Some(config.guard.webhook_url.clone())),
+            Notifier::new(config.guard.webhook.clone()),
         )
         .with_knob_roots(KnobRoots::detect(&layout))
         .with_evidence_roots(EvidenceRoots {
@@ -269,8 +269,8 @@ impl Agent {
         let effective = live::effective(&self.config, new);
         if effective.guard != self.config.guard {
             let actuators = self.make_actuators.as_ref().map(|m| m(&effective.guard));
-            let notifier = (effective.guard.webhook_url != self.config.guard.webhook_url)
-                .then(|| Notifier::new(Some(effective.guard.webhook_url.clone())));
+            let notifier = (effective.guard.webhook != self.config.guard.webhook)
+                .then(|| effective.guard.webhook.clone());
             self.guard.reconfigure(
                 effective.guard.clone(),
                 actuators,

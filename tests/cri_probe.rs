@@ -114,7 +114,10 @@ fn serve_hook(mut s: std::net::TcpStream, tx: &Sender<Hook>) {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) else {
         return;
     };
-    let a = &v[0];
+    // The event's own alert is the last: any before it resolve an alert of older labels.
+    let Some(a) = v.as_array().and_then(|a| a.last()) else {
+        return;
+    };
     let summary = a["annotations"]["summary"].as_str().unwrap_or("");
     // "nodeguard breaker <transition> for ns/pod/container (rule)"
     let transition = summary.split_whitespace().nth(2).unwrap_or("").to_owned();
@@ -172,6 +175,8 @@ fn agent(n: &TestNode, hooks: &Hooks) -> Agent {
   cooldown: 0s
   max_actions_per_10m: 100
   webhook_url: {url}
+  # One POST per transition here: no re-sends within the test (tests/alertmanager.rs has them).
+  webhook_resend_interval: 5m
   protect:
     namespaces: []
     workloads: ["*/*/server"]

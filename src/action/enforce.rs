@@ -20,6 +20,7 @@ use super::lock::{NoHand, StateLock};
 use super::notify::Notifier;
 use super::state::{self, ActedCgroup, StateFile};
 use super::{Actuator, Outcome};
+use crate::config::guard::Webhook;
 use crate::model::ActionKind;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -321,15 +322,21 @@ impl Enforcer {
     pub fn reconfigure(
         &mut self,
         actuators: Option<(Box<dyn Actuator>, Box<dyn Actuator>)>,
-        notifier: Option<Notifier>,
+        webhook: Option<Webhook>,
     ) {
         if let Some((act, undo)) = actuators {
             self.act = act;
             self.undo = undo;
         }
-        if let Some(n) = notifier {
-            self.notifier = n;
+        if let Some(w) = webhook {
+            // Its counts and active alerts carry over: they are re-sent to the new endpoint.
+            self.notifier = self.notifier.successor(w);
         }
+    }
+
+    /// The webhook worker's counts.
+    pub fn webhook(&self) -> crate::model::WebhookStatus {
+        self.notifier.status()
     }
 
     /// Reads the state file at start. An unreadable one is moved aside (never overwritten by the

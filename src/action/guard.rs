@@ -4,11 +4,11 @@
 
 use super::decide::Decider;
 use super::enforce::Enforcer;
-use super::notify::Notifier;
 use super::state;
 use super::Actuator;
 use crate::clock::Clock;
 use crate::config::guard::GuardConfig;
+use crate::config::guard::Webhook;
 use crate::model::{GuardStatus, Snapshot};
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
@@ -90,10 +90,10 @@ impl Guard {
         &mut self,
         cfg: GuardConfig,
         actuators: Option<(Box<dyn Actuator>, Box<dyn Actuator>)>,
-        notifier: Option<Notifier>,
+        webhook: Option<Webhook>,
         own_namespace: Option<String>,
     ) {
-        self.enforcer.reconfigure(actuators, notifier);
+        self.enforcer.reconfigure(actuators, webhook);
         let protected = protected_namespaces(&cfg, own_namespace);
         let (now, wall) = (self.clock.now(), self.clock.wall());
         let commands = self.decider.reconfigure(now, wall, cfg, protected);
@@ -162,6 +162,7 @@ impl Guard {
             unclaimed_thaws_total: self.enforcer.unclaimed_thaws(),
             limits_held: self.enforcer.limits_held(),
             limits_reasserted_total: self.enforcer.reasserted(),
+            webhook: self.enforcer.webhook(),
             ..self.decider.status(now, wall)
         }
     }

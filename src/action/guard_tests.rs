@@ -78,7 +78,7 @@ fn rig_rules(
             root: dir.path().join("cg"),
         },
         cfg.state_file.clone(),
-        crate::action::notify::Notifier::new(None),
+        crate::action::notify::Notifier::new(Default::default()),
     )
     .with_knob_roots(fake_knobs(dir.path()));
     let guard = Guard::new(
@@ -927,7 +927,7 @@ fn a_freeze_that_failed_is_thawed_until_a_thaw_succeeds() {
             root: dir.path().join("cg"),
         },
         cfg.state_file.clone(),
-        crate::action::notify::Notifier::new(None),
+        crate::action::notify::Notifier::new(Default::default()),
     );
     let guard = Guard::new(
         cfg,
@@ -1128,7 +1128,7 @@ fn a_restored_hold_that_is_now_protected_or_out_of_scope_is_released() {
             root: dir.path().join("cg"),
         },
         cfg.state_file.clone(),
-        crate::action::notify::Notifier::new(None),
+        crate::action::notify::Notifier::new(Default::default()),
     );
     let reach = Reach {
         scopes: vec!["/system.slice".into()],
@@ -1174,7 +1174,7 @@ fn a_frozen_cgroup_no_breaker_claims_is_thawed() {
             root: dir.path().join("cg"),
         },
         dir.path().join("state.json"),
-        crate::action::notify::Notifier::new(None),
+        crate::action::notify::Notifier::new(Default::default()),
     );
     e.finish_restore();
     let key = (

@@ -26,6 +26,15 @@ pub struct RawGuard {
     #[serde(with = "humantime_serde")]
     pub freeze_timeout: Duration,
     pub webhook_url: String,
+    /// Re-sends of each active alert (docs/configuration.md, "Notifications").
+    #[serde(with = "humantime_serde")]
+    pub webhook_resend_interval: Duration,
+    /// PEM bundle the `https://` webhook's certificate is verified against; empty: the system's.
+    pub webhook_ca_file: PathBuf,
+    /// A file holding a bearer token, sent as `Authorization: Bearer`; empty: none.
+    pub webhook_bearer_token_file: PathBuf,
+    /// The `runbook_url` annotation of the breaker's alert; empty: none.
+    pub webhook_runbook_url: String,
     pub protect: Protect,
     /// Plain-host units that may be acted on (nothing outside kubepods is, by default).
     pub host_units: Vec<String>,
@@ -95,6 +104,10 @@ impl Default for RawGuard {
             max_hold: Duration::from_secs(4 * 3600),
             freeze_timeout: Duration::from_secs(5),
             webhook_url: String::new(),
+            webhook_resend_interval: DEFAULT_RESEND,
+            webhook_ca_file: PathBuf::new(),
+            webhook_bearer_token_file: PathBuf::new(),
+            webhook_runbook_url: String::new(),
             protect: Protect::default(),
             host_units: vec![],
             containment: Containment::default(),
@@ -275,6 +288,48 @@ pub struct RawRule {
     pub hold: Option<RawHold>,
 }
 
+/// Default `webhook_resend_interval`: Prometheus's own resend delay.
+pub const DEFAULT_RESEND: Duration = Duration::from_secs(60);
+/// Bounds of `webhook_resend_interval`: the longest is Alertmanager's default `resolve_timeout`,
+/// so a re-send always comes before an Alertmanager that ignored `endsAt` would resolve.
+pub const MIN_RESEND: Duration = Duration::from_secs(1);
+pub const MAX_RESEND: Duration = Duration::from_secs(300);
+/// Where the system's CA bundle is on Debian, Ubuntu and Alpine (the image has none).
+pub const SYSTEM_CA_FILE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Where and how breaker alerts are sent (`guard.webhook_*`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Webhook {
+    /// Empty: no webhook.
+    pub url: String,
+    pub resend_interval: Duration,
+    pub ca_file: Option<PathBuf>,
+    pub bearer_token_file: Option<PathBuf>,
+    pub runbook_url: String,
+}
+
+impl Default for Webhook {
+    fn default() -> Self {
+        Webhook {
+            url: String::new(),
+            resend_interval: DEFAULT_RESEND,
+            ca_file: None,
+            bearer_token_file: None,
+            runbook_url: String::new(),
+        }
+    }
+}
+
+impl Webhook {
+    /// Just a URL, with every other key at its default.
+    pub fn url(url: impl Into<String>) -> Webhook {
+        Webhook {
+            url: url.into(),
+            ..Webhook::default()
+        }
+    }
+}
+
 /// The compiled guard configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GuardConfig {
@@ -285,7 +340,7 @@ pub struct GuardConfig {
     pub probation: Duration,
     pub max_hold: Duration,
     pub freeze_timeout: Duration,
-    pub webhook_url: String,
+    pub webhook: Webhook,
     pub protect: Protect,
     pub host_units: Vec<String>,
     pub containment: Containment,
@@ -305,7 +360,7 @@ impl serde::Serialize for GuardConfig {
             probation,
             max_hold,
             freeze_timeout,
-            webhook_url,
+            webhook,
             protect,
             host_units,
             containment,
@@ -320,7 +375,7 @@ impl serde::Serialize for GuardConfig {
         st.serialize_field("probation", probation)?;
         st.serialize_field("max_hold", max_hold)?;
         st.serialize_field("freeze_timeout", freeze_timeout)?;
-        st.serialize_field("webhook_url", webhook_url)?;
+        st.serialize_field("webhook", webhook)?;
         st.serialize_field("protect", protect)?;
         st.serialize_field("host_units", host_units)?;
         st.serialize_field("containment", containment)?;
@@ -447,11 +502,39 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
         b.error(
             "guard.webhook_url",
             format!(
-                "{:?} is not an http://host[:port]/path URL",
+                "{:?} is not an http:// or https://host[:port]/path URL",
                 raw.webhook_url
             ),
         );
     }
+    b.duration(
+        "guard.webhook_resend_interval",
+        raw.webhook_resend_interval,
+        MIN_RESEND,
+        MAX_RESEND,
+    );
+    let file = |p: PathBuf, path: &str, b: &mut Bounds| {
+        if p.as_os_str().is_empty() {
+            return None;
+        }
+        if !p.is_absolute() {
+            b.error(path, format!("{} must be an absolute path", p.display()));
+        }
+        Some(p)
+    };
+    let ca_file = file(raw.webhook_ca_file, "guard.webhook_ca_file", &mut b);
+    let token = file(
+        raw.webhook_bearer_token_file,
+        "guard.webhook_bearer_token_file",
+        &mut b,
+    );
+    let webhook = Webhook {
+        url: raw.webhook_url,
+        resend_interval: raw.webhook_resend_interval,
+        ca_file,
+        bearer_token_file: token,
+        runbook_url: raw.webhook_runbook_url,
+    };
     let mut rules = Vec::new();
     for (i, r) in raw.rules.iter().enumerate() {
         let p = |f: &str| format!("guard.rules[{i}].{f}");
@@ -587,7 +670,7 @@ pub fn compile(raw: RawGuard, errs: &mut Vec<FieldError>) -> GuardConfig {
         probation: raw.probation,
         max_hold: raw.max_hold,
         freeze_timeout: raw.freeze_timeout,
-        webhook_url: raw.webhook_url,
+        webhook,
         protect: raw.protect,
         host_units: raw.host_units,
         containment: raw.containment,
@@ -614,23 +697,54 @@ fn check_ladder(ladder: &[ActionKind], restart_loop: bool, path: &str, b: &mut B
     }
 }
 
-/// Pure: `http://host:port/path` -> (host:port, path): the webhook URLs `guard.webhook_url`
-/// accepts and the notifier posts to.
-pub fn split_url(url: &str) -> Option<(String, String)> {
-    let rest = url.strip_prefix("http://")?;
+/// A webhook URL, split: `https`, `host:port` (the port defaulted by scheme) and the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookUrl {
+    pub https: bool,
+    pub authority: String,
+    /// The host alone (no brackets around an IPv6 address): the TLS server name.
+    pub host: String,
+    pub path: String,
+}
+
+/// Pure: `http[s]://host[:port][/path]` split; `None` for any other URL (no userinfo, no query
+/// rewriting: the path is sent as written).
+pub fn split_url(url: &str) -> Option<WebhookUrl> {
+    let (https, rest) = match url.strip_prefix("https://") {
+        Some(rest) => (true, rest),
+        None => (false, url.strip_prefix("http://")?),
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
-    if authority.is_empty() {
+    if authority.is_empty() || authority.contains('@') {
         return None;
     }
-    let authority = if authority.contains(':') {
-        authority.to_owned()
-    } else {
-        format!("{authority}:80")
+    // `[v6]:port`, `[v6]`, `host:port`, `host`.
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (h, after) = v6.split_once(']')?;
+            (h, after.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
     };
-    Some((authority, path.to_owned()))
+    if host.is_empty() || port.is_some_and(|p| p.parse::<u16>().is_err()) {
+        return None;
+    }
+    let authority = match port {
+        Some(_) => authority.to_owned(),
+        None => format!("{authority}:{}", if https { 443 } else { 80 }),
+    };
+    Some(WebhookUrl {
+        https,
+        authority,
+        host: host.to_owned(),
+        path: path.to_owned(),
+    })
 }
 
 #[cfg(test)]
@@ -642,13 +756,28 @@ mod tests {
 
     #[test]
     fn urls() {
+        let parts = |u: &str| split_url(u).map(|w| (w.https, w.authority, w.host, w.path));
+        let s = String::from;
         assert_eq!(
-            split_url("http://am:9093/api/v2/alerts"),
-            Some(("am:9093".into(), "/api/v2/alerts".into()))
+            parts("http://am:9093/api/v2/alerts"),
+            Some((false, s("am:9093"), s("am"), s("/api/v2/alerts")))
         );
-        assert_eq!(split_url("http://am"), Some(("am:80".into(), "/".into())));
-        assert_eq!(split_url("https://am"), None);
-        assert_eq!(split_url("http:///x"), None);
+        assert_eq!(
+            parts("http://am"),
+            Some((false, s("am:80"), s("am"), s("/")))
+        );
+        assert_eq!(
+            parts("https://am"),
+            Some((true, s("am:443"), s("am"), s("/")))
+        );
+        assert_eq!(
+            parts("https://[::1]:9443/x"),
+            Some((true, s("[::1]:9443"), s("::1"), s("/x")))
+        );
+        assert_eq!(parts("http:///x"), None);
+        assert_eq!(parts("ftp://am/x"), None);
+        assert_eq!(parts("http://u:p@am/x"), None);
+        assert_eq!(parts("http://am:port/x"), None);
     }
 
     fn errors(rules: &str) -> Vec<String> {

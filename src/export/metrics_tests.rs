@@ -134,6 +134,14 @@ fn hostile_snapshot() -> Published {
             seconds: 4.0,
         }],
         actions: vec![(names[6].clone(), "freeze", "dry_run", 1)],
+        webhook: crate::model::WebhookStatus {
+            configured: true,
+            sent_total: 3,
+            failed_total: 1,
+            dropped_queue_full_total: 1,
+            dropped_table_full_total: 1,
+            active_alerts: 1,
+        },
         ..GuardStatus::default()
     });
     s.samplers.push(SamplerStatus {

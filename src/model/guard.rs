@@ -29,6 +29,8 @@ pub struct GuardStatus {
     pub limits_held: usize,
     /// Limits found rewritten by someone else and set again.
     pub limits_reasserted_total: u64,
+    /// The breaker alerts' webhook: POSTs sent and failed, drops, alerts firing.
+    pub webhook: WebhookStatus,
     pub breakers: Vec<BreakerView>,
     pub pending: Vec<PendingView>,
     /// (rule, action, outcome, count) since start.
@@ -36,6 +38,21 @@ pub struct GuardStatus {
     /// The rules in force, so a reader can mark what is past a threshold.
     pub rules: Vec<RuleView>,
     pub pacing: PacingView,
+}
+
+/// The breaker alerts' webhook worker (`action::notify`), as of the snapshot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct WebhookStatus {
+    pub configured: bool,
+    /// POSTs Alertmanager accepted (2xx) and those that failed (refused, unreachable, TLS).
+    pub sent_total: u64,
+    pub failed_total: u64,
+    /// Events dropped because the queue was full, and alerts not re-sent because the table of
+    /// active alerts was full.
+    pub dropped_queue_full_total: u64,
+    pub dropped_table_full_total: u64,
+    /// Alerts firing now, re-sent every `resend_interval`.
+    pub active_alerts: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -7,7 +7,7 @@
 
 use super::breaker::{next_hold, Breaker, BreakerId, BreakerState, HoldRecord, Limited};
 use super::evidence::LogOf;
-use super::notify::Event;
+use super::notify::{AlertState, Event};
 use super::state::{self, ActedCgroup, PersistedBreaker, ReleaseRequest, StateFile};
 use super::throttle::Throttle;
 use super::Outcome;
@@ -154,6 +154,8 @@ pub struct Decider {
     unable: Option<String>,
     /// What each release request of the last tick released, in the order given.
     released: Vec<Vec<state::ReleasedBreaker>>,
+    /// The time of the call being decided (monotonic and wall), for the events' wall times.
+    clock: (Instant, SystemTime),
 }
 
 /// `now + d`, saturating far in the future instead of overflowing (config bounds every duration;
@@ -198,6 +200,7 @@ impl Decider {
             pin_instances: HashMap::new(),
             unable: None,
             released: Vec::new(),
+            clock: (Instant::now(), SystemTime::now()),
             engine: RuleEngine::new(cfg.rules.clone()),
             throttle: Throttle::new(cfg.cooldown, cfg.max_actions_per_10m),
             cfg,
@@ -262,8 +265,20 @@ impl Decider {
         outcome: &str,
         pending_for: Duration,
     ) -> Event {
+        let (now, wall) = self.clock;
+        let holding = b.state == BreakerState::Open && b.hold_until.is_none_or(|t| t > now);
+        // The alert is "nodeguard holds this workload": firing while the breaker is open, resolved
+        // at every end of the hold (half-open included); a failed trip opened nothing.
+        let alert = match transition {
+            "opened" | "reapplied" | "escalated" | "restored" | "mode_changed" if holding => {
+                AlertState::Firing
+            }
+            "action_failed" => AlertState::None,
+            _ => AlertState::Resolved,
+        };
         Event {
             transition,
+            alert,
             namespace: b.id.namespace.clone(),
             pod: b.pod.clone(),
             container: b.id.container.clone(),
@@ -279,7 +294,15 @@ impl Decider {
             node: self.node.clone(),
             reason: b.reason.clone(),
             evidence: b.evidence.clone(),
+            at: unix(wall),
+            started_at: wall_of(now, wall, b.opened_at),
+            hold_ends_at: b.hold_until.map(|t| wall_of(now, wall, t)),
         }
+    }
+
+    /// Every call that can emit events starts here: their wall times are as of this call.
+    fn at(&mut self, now: Instant, wall: SystemTime) {
+        self.clock = (now, wall);
     }
 
     fn count(&mut self, rule: usize, action: &'static str, outcome: &'static str) {
@@ -298,6 +321,7 @@ impl Decider {
         snap: &Snapshot,
         releases: &[ReleaseRequest],
     ) -> Vec<Command> {
+        self.at(now, wall);
         let mut out = Vec::new();
         let mut holds = Vec::new();
         self.throttle.begin_tick();
@@ -749,6 +773,7 @@ impl Decider {
 
     /// Takes the enforcer's outcomes; returns the notifications and the state they change.
     pub fn settle(&mut self, now: Instant, wall: SystemTime, reports: Vec<Report>) -> Vec<Command> {
+        self.at(now, wall);
         let mut out = Vec::new();
         let mut changed = false;
         for r in reports {
@@ -930,6 +955,7 @@ impl Decider {
         wall: SystemTime,
         thawed: &[ActedCgroup],
     ) -> Vec<Command> {
+        self.at(now, wall);
         let mut out = Vec::new();
         let keys: Vec<Key> = self
             .breakers

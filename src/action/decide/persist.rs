@@ -62,6 +62,7 @@ impl Decider {
     /// Rebuilds the breakers of a state file read at start. Holds still due are re-applied when
     /// enforcing; in a dry run, and for expired holds, their cgroups are thawed (for real).
     pub fn restore(&mut self, now: Instant, wall: SystemTime, file: StateFile) -> Vec<Command> {
+        self.at(now, wall);
         let mut out = Vec::new();
         let mut holds = Vec::new();
         let wall_now = unix(wall);
@@ -184,6 +185,7 @@ impl Decider {
         cfg: GuardConfig,
         protected_namespaces: Vec<String>,
     ) -> Vec<Command> {
+        self.at(now, wall);
         let mut out = Vec::new();
         let mode_changed = cfg.dry_run != self.cfg.dry_run;
         // Protection as the new config has it, for the breakers that stay.
@@ -249,6 +251,20 @@ impl Decider {
         self.quiet.clear();
         self.protected_namespaces = protected_namespaces;
         self.cfg = cfg;
+        if mode_changed {
+            // The alert's `dry_run` label changes: the notifier resolves the old one.
+            let why = if self.cfg.dry_run {
+                "dry run turned on"
+            } else {
+                "dry run turned off"
+            };
+            let events: Vec<Command> = self
+                .breakers
+                .values()
+                .map(|b| Command::Notify(self.event(b, "mode_changed", why, Duration::ZERO)))
+                .collect();
+            out.extend(events);
+        }
         out.push(Command::Persist(self.state(now, wall)));
         out
     }

@@ -255,7 +255,13 @@ fn a_reload_into_dry_run_thaws_for_real_and_keeps_the_breaker() {
     let (mut d, now, wall) = tripped();
     let yaml = format!("guard:\n  dry_run: true\n  rules:\n{RULE}");
     let cmds = d.reconfigure(now, wall, guard_cfg(&yaml), vec![]);
-    assert_eq!(names(&cmds), vec!["undo", "persist"]);
+    assert_eq!(names(&cmds), vec!["undo", "notify", "persist"]);
+    // The alert's dry_run label changes: the notifier ends the old one and fires this one.
+    let Command::Notify(e) = &cmds[1] else {
+        panic!("{cmds:?}")
+    };
+    assert_eq!((e.transition, e.dry_run), ("mode_changed", true));
+    assert_eq!(e.alert, crate::action::notify::AlertState::Firing);
     let st = d.status(now, wall);
     assert!(st.dry_run && st.breakers[0].would_act);
     // A rule whose action changed releases its breaker.
@@ -290,4 +296,63 @@ fn a_unit_restarted_in_place_is_held() {
         panic!("{cmds:?}")
     };
     assert_eq!((rel.as_str(), *ino), ("/kubepods/aaa", None));
+}
+
+/// The events carry the alert's life: firing from the trip to the hold's end, the trip time kept
+/// across a restart (from the state file), resolved at the half-open.
+#[test]
+fn events_carry_the_alerts_times() {
+    use crate::action::notify::AlertState;
+    let notified = |cmds: &[Command]| -> Vec<Event> {
+        cmds.iter()
+            .filter_map(|c| match c {
+                Command::Notify(e) => Some(e.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut d = decider(false);
+    let (t0, wall) = (Instant::now(), SystemTime::now());
+    let s = flood(1900);
+    d.decide(t0, wall, &s, &[]);
+    let cmds = d.decide(t0 + M, wall + M, &s, &[]);
+    let Some(Command::Hold { ticket, .. }) =
+        cmds.iter().find(|c| matches!(c, Command::Hold { .. }))
+    else {
+        panic!("{cmds:?}")
+    };
+    let cmds = d.settle(
+        t0 + M,
+        wall + M,
+        vec![held(ticket.clone(), Outcome::Done, 9)],
+    );
+    let opened = notified(&cmds);
+    let trip = unix(wall + M);
+    assert_eq!(opened.len(), 1, "{cmds:?}");
+    assert_eq!(
+        (opened[0].transition, opened[0].alert),
+        ("opened", AlertState::Firing)
+    );
+    assert_eq!(opened[0].started_at, trip);
+    assert_eq!(opened[0].hold_ends_at, Some(trip + 900.0));
+    let Some(Command::Persist(file)) = cmds.last() else {
+        panic!("{cmds:?}")
+    };
+    // Restarted 4 minutes later: the same trip time, the same end.
+    let mut again = decider(false);
+    let restored = notified(&again.restore(t0 + 5 * M, wall + 5 * M, file.clone()));
+    assert_eq!(
+        (restored[0].transition, restored[0].alert),
+        ("restored", AlertState::Firing)
+    );
+    assert!((restored[0].started_at - trip).abs() < 1e-3, "{restored:?}");
+    assert!((restored[0].hold_ends_at.unwrap_or(0.0) - (trip + 900.0)).abs() < 1e-3);
+    assert_eq!(restored[0].at, unix(wall + 5 * M));
+    // The hold's end: half-open resolves the alert.
+    let ended = notified(&again.decide(t0 + 16 * M, wall + 16 * M, &flood(0), &[]));
+    assert_eq!(
+        (ended[0].transition, ended[0].alert),
+        ("half_open", AlertState::Resolved)
+    );
+    assert!((ended[0].started_at - trip).abs() < 1e-3);
 }

@@ -200,6 +200,11 @@ fn rows() -> Vec<Row> {
                     .q("sum by (node) (nodeguard_guard_unclaimed_thaws_total{@N})", "unclaimed thaws {{node}}")
                     .q("sum by (node) (nodeguard_guard_limits_held{@N})", "limits held {{node}}")
                     .q("sum by (node) (nodeguard_guard_limits_reasserted_total{@N})", "limits set again {{node}}"),
+                panel("Alert webhook", Stat, "none", 8)
+                    .desc("Breaker alerts POSTed to guard.webhook_url (sent, failed), events dropped (queue full, table full), alerts firing and re-sent.")
+                    .q("sum by (node, result) (nodeguard_webhook_posts_total{@N})", "{{result}} {{node}}")
+                    .q("sum by (node, reason) (nodeguard_webhook_dropped_total{@N})", "dropped {{reason}} {{node}}")
+                    .q("sum by (node) (nodeguard_webhook_active_alerts{@N})", "firing {{node}}"),
             ],
         },
         Row {

@@ -202,6 +202,48 @@ pub const FAMILIES: &[Family<Published>] = &[
         section: S,
     }
     .with_rows(|s, out| node(s, out, |g| g.unclaimed_thaws_total)),
+    // The breaker alerts' webhook: series only when one is configured.
+    Meta {
+        name: "webhook_posts",
+        ty: Counter,
+        unit: None,
+        help: "POSTs of breaker alerts to guard.webhook_url, by result (sent: 2xx; failed: refused, unreachable, TLS).",
+        labels: &[Label::of("result", || vec!["sent", "failed"])],
+        section: S,
+    }
+    .with_rows(|s, out| {
+        if let Some(w) = s.guard.as_ref().map(|g| &g.webhook).filter(|w| w.configured) {
+            out.add(&["sent"], w.sent_total);
+            out.add(&["failed"], w.failed_total);
+        }
+    }),
+    Meta {
+        name: "webhook_dropped",
+        ty: Counter,
+        unit: None,
+        help: "Breaker alert events not sent (queue_full: the queue of 64 was full) and alerts not re-sent (table_full: too many firing).",
+        labels: &[Label::of("reason", || vec!["queue_full", "table_full"])],
+        section: S,
+    }
+    .with_rows(|s, out| {
+        if let Some(w) = s.guard.as_ref().map(|g| &g.webhook).filter(|w| w.configured) {
+            out.add(&["queue_full"], w.dropped_queue_full_total);
+            out.add(&["table_full"], w.dropped_table_full_total);
+        }
+    }),
+    Meta {
+        name: "webhook_active_alerts",
+        ty: Gauge,
+        unit: None,
+        help: "Breaker alerts firing, re-sent every guard.webhook_resend_interval.",
+        labels: &[],
+        section: S,
+    }
+    .with_rows(|s, out| {
+        if let Some(w) = s.guard.as_ref().map(|g| &g.webhook).filter(|w| w.configured) {
+            out.add(&[], w.active_alerts);
+        }
+    }),
     Meta {
         name: "guard_limits_held",
         ty: Gauge,
