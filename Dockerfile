@@ -1,7 +1,10 @@
 # syntax=docker/dockerfile:1
-# nodeguard: one static musl binary on an empty (scratch) image, for linux/amd64 and linux/arm64.
+# nodeguard from source with Docker: one static musl binary on an empty (scratch) image, for
+# linux/amd64 and linux/arm64.
 #   docker buildx build --platform linux/arm64,linux/amd64 -t REGISTRY/nodeguard:0.1.0 --push .
-# (the whole release, digest pinning and the checks of the pushed image: docs/release.md)
+# The released image is not built here: scripts/image assembles it, reproducibly, from the
+# binaries the suite builds and tests (docs/release.md). This is the path for Docker users who
+# build their own; its digest differs from the release's (BuildKit's own layer tar and times).
 # The build stage runs on the builder's own platform and cross-compiles (no emulation); the
 # linkers are set in .cargo/config.toml (aarch64) and below (x86_64 from an arm64 builder).
 # Checked statically by scripts/ship-check (checkov, stages, build context, cargo auditable); the
