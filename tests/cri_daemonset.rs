@@ -242,6 +242,16 @@ fn run_agent_pod(
     let qos = podspec::qos(&ds["spec"]["template"]["spec"]);
     assert_eq!(qos, QosClass::Burstable, "the shipped pod's QoS class");
     let pod = n.pod(common::Driver::Cgroupfs, qos, ns, pod_name);
+    // The pod cgroup's own limits, set by the kubelet before RunPodSandbox (v1 hierarchies; on a
+    // pure v2 node runc's conversion of the container's values is checked instead).
+    for (ctl, file, v) in podspec::pod_cgroup_values(&ds["spec"]["template"]["spec"]) {
+        if let Some(h) = n.layout.v1_controller(ctl) {
+            let f = h
+                .join(n.rel(&pod.cgroup).trim_start_matches('/'))
+                .join(file);
+            std::fs::write(&f, v.to_string()).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        }
+    }
     let pod_dir = n.dir.path().join("kubelet/pods").join(&pod.uid);
     let ctx = Context {
         node_name: NODE_NAME,

@@ -210,6 +210,38 @@ pub fn cpu_quota(milli: i64) -> i64 {
     (milli * CFS_PERIOD / 1000).max(1000)
 }
 
+/// The pod cgroup's values the kubelet's cgroup manager sets for a Burstable pod (pkg/kubelet/
+/// cm/helpers_linux.go `ResourceConfigForPod`): cpu shares from the summed requests, and, since
+/// every container has limits, the summed CPU quota and memory limit. Cgroup v1 file names.
+pub fn pod_cgroup_values(spec: &Value) -> Vec<(&'static str, &'static str, i64)> {
+    let (mut req_cpu, mut lim_cpu, mut lim_mem) = (0, 0, 0);
+    let (mut all_cpu, mut all_mem) = (true, true);
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        let res = &c["resources"];
+        req_cpu += res["requests"]["cpu"]
+            .as_str()
+            .or(res["limits"]["cpu"].as_str())
+            .map_or(0, milli_cpu);
+        match res["limits"]["cpu"].as_str() {
+            Some(q) => lim_cpu += milli_cpu(q),
+            None => all_cpu = false,
+        }
+        match res["limits"]["memory"].as_str() {
+            Some(q) => lim_mem += bytes(q),
+            None => all_mem = false,
+        }
+    }
+    let mut out = vec![("cpu", "cpu.shares", cpu_shares(req_cpu))];
+    if all_cpu {
+        out.push(("cpu", "cpu.cfs_period_us", CFS_PERIOD));
+        out.push(("cpu", "cpu.cfs_quota_us", cpu_quota(lim_cpu)));
+    }
+    if all_mem {
+        out.push(("memory", "memory.limit_in_bytes", lim_mem));
+    }
+    out
+}
+
 /// The pod's QoS class from its containers' requests and limits (pkg/apis/core/v1/helper/qos).
 pub fn qos(spec: &Value) -> nodeguard::discover::kubelet::QosClass {
     use nodeguard::discover::kubelet::QosClass;
