@@ -255,7 +255,6 @@ fn run_agent_pod(
     let pod_dir = n.dir.path().join("kubelet/pods").join(&pod.uid);
     let ctx = Context {
         node_name: NODE_NAME,
-        node_ip: NODE_IP,
         pod_name,
         uid: &pod.uid,
         cgroup_parent: n.rel(&pod.cgroup),
@@ -451,7 +450,9 @@ fn daemonset_as_shipped() {
         return;
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let archive = repo.join("target/oci/nodeguard-oci.tar");
+    // Where scripts/image writes it: cargo's target directory (relative to the package root).
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(repo.join("target"), |t| repo.join(t));
+    let archive = target.join("oci/nodeguard-oci.tar");
     if !archive.is_file() {
         common::cannot_run(&format!(
             "{} is missing: build it with scripts/image",

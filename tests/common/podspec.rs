@@ -110,8 +110,6 @@ impl Substitutions {
 /// its directories, and the test's additions to the container's args.
 pub struct Context<'a> {
     pub node_name: &'a str,
-    /// The node's address (hostNetwork: the pod's too; where the probes go).
-    pub node_ip: std::net::Ipv4Addr,
     pub pod_name: &'a str,
     pub uid: &'a str,
     /// `cgroup_parent`: the pod cgroup the test made, as the kubelet's cgroup manager does.
@@ -545,7 +543,7 @@ pub fn translate(r: &Rendered, ctx: &Context) -> Translated {
     let content = if host_net {
         std::fs::read_to_string("/etc/hosts").unwrap_or_default()
     } else {
-        format!("127.0.0.1\tlocalhost\n")
+        "127.0.0.1\tlocalhost\n".to_owned()
     };
     std::fs::write(
         &hosts,
