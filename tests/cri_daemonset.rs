@@ -331,8 +331,7 @@ fn mount_opts(pid: u32, point: &str) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
         .ok()?
         .lines()
-        .filter(|l| l.split(' ').nth(4) == Some(point))
-        .last()
+        .rfind(|l| l.split(' ').nth(4) == Some(point))
         .and_then(|l| {
             l.split(' ')
                 .nth(5)
@@ -400,6 +399,9 @@ fn log_lines(path: &Path) -> (u64, u64) {
     }
     out
 }
+
+/// A compared figure: series name, container, an extra label, the kernel's (or file's) value.
+type Row<'a> = (&'a str, &'a str, Option<(&'a str, &'a str)>, f64);
 
 /// The value of the series `name` for container `c` of shop/cart-0 (and `extra` label).
 fn value(samples: &[Sample], name: &str, c: &str, extra: Option<(&str, &str)>) -> Option<f64> {
@@ -769,7 +771,7 @@ fn daemonset_as_shipped() {
     let host_m = parse(&metrics_text(&host_snap));
     let (chatty_out, chatty_err) = log_lines(&chatty.log);
     let zk = zombies_of(reaper_pid) as f64;
-    let rows: Vec<(&str, &str, Option<(&str, &str)>, f64)> = vec![
+    let rows: Vec<Row> = vec![
         ("nodeguard_container_zombies", "reaper", None, zk),
         (
             "nodeguard_container_processes",
