@@ -417,6 +417,16 @@ fn value(samples: &[Sample], name: &str, c: &str, extra: Option<(&str, &str)>) -
         .map(|s| s.value)
 }
 
+/// The value of the pod-level series `name` of shop/`pod`.
+fn pod_value(samples: &[Sample], name: &str, pod: &str) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| {
+            s.name == name && s.label("namespace") == Some("shop") && s.label("pod") == Some(pod)
+        })
+        .map(|s| s.value)
+}
+
 /// One scrape of the agent behind `p` (on the node's address): `None` if it failed, else the
 /// series' value if it is there.
 fn scrape_series(
@@ -954,6 +964,70 @@ fn daemonset_as_shipped() {
         st.exit_code == 0,
         format!("exit {} reason {:?}", st.exit_code, st.reason),
     );
+    ctd.remove_sandbox(&ag.pod.id);
+
+    // === base + ports: the per-pod ephemeral ports need SYS_ADMIN (setns) through seccomp ===
+    let ports = podspec::render(repo, &["ports"], &work);
+    let mut ag = run_agent_pod(
+        &mut ctd,
+        &mut n,
+        &ports,
+        &netns.path(),
+        "nodeguard-ports",
+        &image_ref,
+        &subst,
+        std::slice::from_ref(&scope),
+    );
+    let ready = ag.prober.until(|p| p.ready);
+    // Two ticks after ready: the sampler has run with the pod's netns joined.
+    ag.prober.wait(Duration::from_secs(10));
+    let m = ag
+        .scrape("/metrics")
+        .map(|(_, b)| parse(&b))
+        .unwrap_or_default();
+    let host_m = parse(&metrics_text(&host.tick()));
+    let range = cri::nsenter(shop_pid, &["cat", "/proc/sys/net/ipv4/ip_local_port_range"]);
+    let reserved = cri::nsenter(
+        shop_pid,
+        &["cat", "/proc/sys/net/ipv4/ip_local_reserved_ports"],
+    );
+    let bounds: Vec<f64> = range
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let kernel_ports = match bounds[..] {
+        [lo, hi] if reserved.trim().is_empty() => hi - lo + 1.0,
+        _ => -1.0,
+    };
+    let feature = m
+        .iter()
+        .find(|s| {
+            s.name == "nodeguard_feature_available" && s.label("feature") == Some("ephemeral_ports")
+        })
+        .map(|s| s.value);
+    let avail = |m: &[Sample]| pod_value(m, "nodeguard_pod_ephemeral_ports_available", "cart-0");
+    ck.check(
+        "ports pod: ready; SYS_ADMIN added; ephemeral_ports available (setns under RuntimeDefault seccomp)",
+        ready
+            && feature == Some(1.0)
+            && u64::from_str_radix(
+                &status_field(n.procs(&ag.container()).first().copied().unwrap_or(0), "CapEff"),
+                16,
+            )
+            .ok()
+                == Some(cap_mask(&["SYS_PTRACE", "DAC_READ_SEARCH", "NET_ADMIN", "SYS_ADMIN"])),
+        format!("ready {ready}, feature {feature:?}"),
+    );
+    ck.check(
+        "in-pod ephemeral ports available for cart-0 = the pod netns's ip_local_port_range (no reserved) = host-run",
+        avail(&m) == Some(kernel_ports) && avail(&host_m) == Some(kernel_ports),
+        format!(
+            "kernel {range:?} reserved {reserved:?} -> {kernel_ports}, in-pod {:?}, host-run {:?}",
+            avail(&m),
+            avail(&host_m)
+        ),
+    );
+    ctd.stop_id(&ag.id, ag.t.grace);
     ctd.remove_sandbox(&ag.pod.id);
 
     // === base + actions, enforcing: freeze, release, freeze again, thaw on stop ===
