@@ -25,6 +25,8 @@ use common::{Container, TestNode};
 use cri::{Containerd, CriPod, Spec, PAUSE_IMAGE};
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
+use nodeguard::config::live;
+use nodeguard::config::overrides::{hashed_text, Override};
 use nodeguard::discover::kubelet::QosClass;
 use podspec::{Context, ProbeSpec, Rendered, Substitutions, Translated};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -444,6 +446,16 @@ fn scrape_series(
 
 fn series(p: &Prober, name: &str, c: &str, extra: Option<(&str, &str)>) -> Option<f64> {
     scrape_series(p, name, c, extra).flatten()
+}
+
+/// The ConfigMap's `nodeguard.yaml` in a render.
+fn config_text(r: &Rendered) -> String {
+    r.objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .and_then(|o| o["data"]["nodeguard.yaml"].as_str())
+        .expect("nodeguard.yaml in the ConfigMap")
+        .to_owned()
 }
 
 fn parse(text: &str) -> Vec<Sample> {
@@ -952,6 +964,50 @@ fn daemonset_as_shipped() {
         warned.is_empty(),
         format!("{warned:#?}"),
     );
+    // The config in force is the projected ConfigMap (read through the `..data` links) plus the
+    // scope override; an edit in place is the kubelet's `..data` swap, reloaded live.
+    let cm_text = config_text(&base);
+    let ov = Override::parse(scope.trim_start_matches("--set=")).expect("scope override");
+    let hash_of = |text: &str| live::hash(&hashed_text(text, std::slice::from_ref(&ov)));
+    let info_of = |p: &Prober| {
+        let port = p.probes[1].0.port;
+        podspec::get_in(&p.netns, SocketAddr::from((NODE_IP, port)), "/metrics")
+            .and_then(|(_, b)| parse_openmetrics(&b).ok())
+            .and_then(|m| {
+                m.iter()
+                    .find(|s| s.name == "nodeguard_config_info")
+                    .and_then(|s| s.label("hash").map(str::to_owned))
+            })
+    };
+    let first = info_of(&ag.prober);
+    ck.check(
+        "config in force: the ConfigMap's nodeguard.yaml + the scope override (nodeguard_config_info hash)",
+        first.as_deref() == Some(hash_of(&cm_text).as_str()),
+        format!("in-pod {first:?}, want {}", hash_of(&cm_text)),
+    );
+    let edited = format!("{cm_text}\n# edited in place (kubectl edit)\n");
+    let cm_dir = n
+        .dir
+        .path()
+        .join("kubelet/pods")
+        .join(&ag.pod.pod.uid)
+        .join("volumes/kubernetes.io~configmap/config");
+    let t_edit = Instant::now();
+    podspec::update_config_map(&cm_dir, "nodeguard.yaml", &edited);
+    let mut now_hash = None;
+    let reloaded = ag.prober.until(|p| {
+        now_hash = info_of(p);
+        now_hash.as_deref() == Some(hash_of(&edited).as_str())
+    });
+    ck.check(
+        "ConfigMap edited in place (the kubelet's ..data swap): reloaded live in the pod",
+        reloaded,
+        format!(
+            "{now_hash:?} {:.1} s after the swap, want {}",
+            t_edit.elapsed().as_secs_f64(),
+            hash_of(&edited)
+        ),
+    );
     ck.check(
         "base pod: live all along (no liveness kill)",
         ag.prober.liveness_kills == 0 && ag.prober.results[0].0 > 0,
@@ -1104,16 +1160,10 @@ fn daemonset_as_shipped() {
         format!("{seen:?}"),
     );
     // The operator's CLI on the host, on the same state dir the pod's hostPath serves.
-    let cm_text = acting
-        .objects
-        .iter()
-        .find(|o| o["kind"] == "ConfigMap")
-        .and_then(|o| o["data"]["nodeguard.yaml"].as_str())
-        .expect("nodeguard.yaml in the ConfigMap")
-        .replace(
-            "state_file: /var/lib/nodeguard/state.json",
-            &format!("state_file: {}", n.state_file().display()),
-        );
+    let cm_text = config_text(&acting).replace(
+        "state_file: /var/lib/nodeguard/state.json",
+        &format!("state_file: {}", n.state_file().display()),
+    );
     let host_cfg = n.dir.path().join("host-nodeguard.yaml");
     std::fs::write(&host_cfg, cm_text).expect("host config");
     let (code, out) = common::agent::cli(&host_cfg, &["release", "shop/cart-0/reaper"]);

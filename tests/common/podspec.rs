@@ -340,6 +340,19 @@ fn project_config_map(cm: &Value, dir: &Path) {
         .expect("..data link");
 }
 
+/// The kubelet's update of a projected configMap (its atomic writer): the new files in a new
+/// timestamped dir, a `..data_tmp` link to it renamed over `..data`, the old dir removed.
+pub fn update_config_map(dir: &Path, key: &str, text: &str) {
+    let old = std::fs::read_link(dir.join("..data")).expect("..data link");
+    let ts = dir.join("..2026_12_05_00_00_01.000000002");
+    std::fs::create_dir(&ts).expect("new configMap dir");
+    std::fs::write(ts.join(key), text).expect("configMap file");
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(ts.file_name().expect("ts"), &tmp).expect("..data_tmp");
+    std::fs::rename(&tmp, dir.join("..data")).expect("swap ..data");
+    std::fs::remove_dir_all(dir.join(old)).expect("old configMap dir");
+}
+
 fn kv(pairs: &[(&str, String)]) -> HashMap<String, String> {
     pairs
         .iter()
