@@ -1256,6 +1256,42 @@ fn daemonset_as_shipped() {
         ),
     );
     ctd.remove_sandbox(&ag.pod.id);
+
+    // === the rolling update's next pod: the hold still due comes back from the state volume ===
+    let t_next = Instant::now();
+    let mut ag = run_agent_pod(
+        &mut ctd,
+        &mut n,
+        &acting,
+        &netns.path(),
+        "nodeguard-next",
+        &image_ref,
+        &subst,
+        &args,
+    );
+    let ok = ag.prober.until(|_| frozen(&n));
+    let took = t_next.elapsed();
+    let mut seen = None;
+    ag.prober.until(|p| {
+        seen = open_of(p).flatten().zip(trips_of(p));
+        seen == Some((1.0, 1.0))
+    });
+    ck.check(
+        "the next pod re-applies the hold from the state volume: FROZEN, the same breaker (1 trip)",
+        ok && seen == Some((1.0, 1.0)),
+        format!(
+            "{} {:.1} s after RunPodSandbox, (open, trips) {seen:?}",
+            n.freezer_state(&reaper_cg),
+            took.as_secs_f64()
+        ),
+    );
+    ctd.stop_id(&ag.id, ag.t.grace);
+    ck.check(
+        "the next pod stopped: reaper thawed again",
+        !frozen(&n) && ag.prober.liveness_kills == 0,
+        n.freezer_state(&reaper_cg),
+    );
+    ctd.remove_sandbox(&ag.pod.id);
     let codes = ctd.delete_pod(&n, &shop, &[&api, &reaper, &server, &client, &chatty]);
     ck.check(
         "the workloads end on SIGTERM with exit 0",
