@@ -228,17 +228,23 @@ impl AgentPod {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What every nodeguard pod of the test shares: the node's network namespace, the imported
+/// image's id, the hostPath substitutions.
+struct Stage<'a> {
+    netns: &'a Path,
+    image_ref: &'a str,
+    subst: &'a Substitutions,
+}
+
 fn run_agent_pod(
     ctd: &mut Containerd,
     n: &mut TestNode,
+    stage: &Stage,
     r: &Rendered,
-    netns: &Path,
     pod_name: &str,
-    image_ref: &str,
-    subst: &Substitutions,
     extra_args: &[String],
 ) -> AgentPod {
+    let (netns, image_ref, subst) = (stage.netns, stage.image_ref, stage.subst);
     let ds = r.daemonset();
     let ns = ds["metadata"]["namespace"].as_str().expect("namespace");
     let qos = podspec::qos(&ds["spec"]["template"]["spec"]);
@@ -574,17 +580,21 @@ fn daemonset_as_shipped() {
         real: vec!["/sys/fs/cgroup".into()],
     };
     let scope = format!("--set=discovery.scopes=[\"{}\"]", n.rel(""));
+    let netns_path = netns.path();
+    let stage = Stage {
+        netns: &netns_path,
+        image_ref: &image_ref,
+        subst: &subst,
+    };
 
     // === base: measuring ===
     let t_pod = Instant::now();
     let mut ag = run_agent_pod(
         &mut ctd,
         &mut n,
+        &stage,
         &base,
-        &netns.path(),
         "nodeguard-base",
-        &image_ref,
-        &subst,
         std::slice::from_ref(&scope),
     );
     let ready = ag.prober.until(|p| p.ready);
@@ -1027,11 +1037,9 @@ fn daemonset_as_shipped() {
     let mut ag = run_agent_pod(
         &mut ctd,
         &mut n,
+        &stage,
         &ports,
-        &netns.path(),
         "nodeguard-ports",
-        &image_ref,
-        &subst,
         std::slice::from_ref(&scope),
     );
     let ready = ag.prober.until(|p| p.ready);
@@ -1093,16 +1101,7 @@ fn daemonset_as_shipped() {
         "--set=guard.rules=[{name: zombie-leak, signal: zombies, above: 4, for: 0s, action: freeze, hold: 15m}]".to_owned(),
     ];
     let t_pod = Instant::now();
-    let mut ag = run_agent_pod(
-        &mut ctd,
-        &mut n,
-        &acting,
-        &netns.path(),
-        "nodeguard-acting",
-        &image_ref,
-        &subst,
-        &args,
-    );
+    let mut ag = run_agent_pod(&mut ctd, &mut n, &stage, &acting, "nodeguard-acting", &args);
     let ready = ag.prober.until(|p| p.ready);
     ck.check(
         "actions pod: ready under its own readiness probe",
@@ -1259,16 +1258,7 @@ fn daemonset_as_shipped() {
 
     // === the rolling update's next pod: the hold still due comes back from the state volume ===
     let t_next = Instant::now();
-    let mut ag = run_agent_pod(
-        &mut ctd,
-        &mut n,
-        &acting,
-        &netns.path(),
-        "nodeguard-next",
-        &image_ref,
-        &subst,
-        &args,
-    );
+    let mut ag = run_agent_pod(&mut ctd, &mut n, &stage, &acting, "nodeguard-next", &args);
     let ok = ag.prober.until(|_| frozen(&n));
     let took = t_next.elapsed();
     let mut seen = None;
