@@ -1297,3 +1297,194 @@ fn daemonset_as_shipped() {
     );
     ck.finish();
 }
+
+/// The translation alone (no containerd, no root): the CRI configs the kubelet would send for the
+/// base pod and for base + actions, field by field.
+#[test]
+fn shipped_pod_spec_as_cri_configs() {
+    if !which("kubectl") {
+        common::cannot_run("kubectl is not installed (it renders the kustomize base)");
+        return;
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let subst = Substitutions {
+        served: ["/var/log/pods", "/var/log/containers", "/var/lib/nodeguard"]
+            .iter()
+            .map(|h| ((*h).to_owned(), dir.path().join(h.trim_start_matches('/'))))
+            .collect(),
+        real: vec!["/sys/fs/cgroup".into()],
+    };
+    let extra = ["--set=discovery.scopes=[\"/ngtest\"]".to_owned()];
+    for (components, pod_name) in [(&[][..], "base"), (&["actions"][..], "acting")] {
+        let r = podspec::render(repo, components, dir.path());
+        let ctx = Context {
+            node_name: NODE_NAME,
+            pod_name,
+            uid: "00000000-0000-4000-8000-000000000001",
+            cgroup_parent: "/kubepods/burstable/pod00000000-0000-4000-8000-000000000001".into(),
+            log_directory: dir.path().join("pods/x"),
+            pod_dir: dir.path().join("kubelet").join(pod_name),
+            image_ref: "sha256:0",
+            subst: &subst,
+            extra_args: &extra,
+        };
+        let t = podspec::translate(&r, &ctx);
+        let sb = t.sandbox.linux.as_ref().expect("sandbox linux");
+        let sbsc = sb
+            .security_context
+            .as_ref()
+            .expect("sandbox security context");
+        let node = k8s_cri::v1::NamespaceMode::Node as i32;
+        let ns = sbsc.namespace_options.as_ref().expect("namespaces");
+        assert_eq!(
+            (ns.network, ns.pid),
+            (node, node),
+            "{pod_name}: hostNetwork, hostPID"
+        );
+        assert_eq!(
+            t.sandbox.hostname, "",
+            "{pod_name}: no hostname with hostNetwork"
+        );
+        assert_eq!(
+            t.sandbox
+                .port_mappings
+                .iter()
+                .map(|p| (p.container_port, p.host_port))
+                .collect::<Vec<_>>(),
+            [(9913, 9913)]
+        );
+        let c = &t.container;
+        let lx = c.linux.as_ref().expect("container linux");
+        let res = lx.resources.as_ref().expect("resources");
+        assert_eq!(
+            (
+                res.cpu_shares,
+                res.cpu_quota,
+                res.cpu_period,
+                res.memory_limit_in_bytes,
+                res.oom_score_adj
+            ),
+            (51, 50_000, 100_000, 128 << 20, -997),
+            "{pod_name}: resources"
+        );
+        let sc = lx.security_context.as_ref().expect("security context");
+        let caps = sc.capabilities.as_ref().expect("capabilities");
+        let mut want_add = vec!["SYS_PTRACE", "DAC_READ_SEARCH", "NET_ADMIN"];
+        if pod_name == "acting" {
+            want_add.extend(["KILL", "BPF"]);
+        }
+        assert_eq!(
+            caps.add_capabilities, want_add,
+            "{pod_name}: capabilities added"
+        );
+        assert_eq!(
+            caps.drop_capabilities,
+            ["ALL"],
+            "{pod_name}: capabilities dropped"
+        );
+        assert!(
+            !sc.privileged && sc.readonly_rootfs && sc.no_new_privs,
+            "{pod_name}: {sc:?}"
+        );
+        assert_eq!(
+            (
+                sc.run_as_user.as_ref().map(|u| u.value),
+                sc.run_as_group.as_ref().map(|g| g.value)
+            ),
+            (Some(0), Some(0))
+        );
+        assert_eq!(
+            sc.masked_paths,
+            podspec::DEFAULT_MASKED,
+            "{pod_name}: masked paths"
+        );
+        assert_eq!(
+            sc.readonly_paths,
+            podspec::DEFAULT_READONLY,
+            "{pod_name}: read-only paths"
+        );
+        assert_eq!(
+            sc.seccomp.as_ref().map(|s| s.profile_type),
+            Some(k8s_cri::v1::security_profile::ProfileType::RuntimeDefault as i32)
+        );
+        assert_eq!(
+            c.args,
+            [
+                "--config",
+                "/etc/nodeguard/nodeguard.yaml",
+                "--set=discovery.scopes=[\"/ngtest\"]"
+            ]
+        );
+        assert_eq!(
+            c.envs
+                .iter()
+                .map(|e| format!("{}={}", e.key, e.value))
+                .collect::<Vec<_>>(),
+            [
+                format!("NODE_NAME={NODE_NAME}"),
+                "POD_NAMESPACE=nodeguard".into()
+            ]
+        );
+        // In the rendered order (kustomize's merge moves a patched mount first), compared sorted.
+        let mut mounts: Vec<(String, bool)> = c
+            .mounts
+            .iter()
+            .map(|m| (m.container_path.clone(), m.readonly))
+            .collect();
+        mounts.sort();
+        let cgroup_ro = pod_name == "base";
+        assert_eq!(
+            mounts,
+            [
+                ("/dev/termination-log".to_owned(), false),
+                ("/etc/hosts".to_owned(), false),
+                ("/etc/nodeguard".to_owned(), true),
+                ("/host/sys/fs/cgroup".to_owned(), cgroup_ro),
+                ("/var/lib/nodeguard".to_owned(), false),
+                ("/var/log/containers".to_owned(), true),
+                ("/var/log/pods".to_owned(), true),
+            ],
+            "{pod_name}: mounts"
+        );
+        let cfg = c
+            .mounts
+            .iter()
+            .find(|m| m.container_path == "/etc/nodeguard")
+            .map(|m| Path::new(&m.host_path).join("nodeguard.yaml"))
+            .expect("config mount");
+        assert_eq!(
+            std::fs::read_to_string(&cfg).expect("projected config"),
+            config_text(&r),
+            "{pod_name}: the projected ConfigMap"
+        );
+        assert!(std::fs::symlink_metadata(&cfg).expect("key").is_symlink());
+        assert_eq!(
+            (
+                t.liveness.path.as_str(),
+                t.liveness.port,
+                t.liveness.initial_delay.as_secs(),
+                t.liveness.period.as_secs(),
+                t.liveness.timeout.as_secs(),
+                t.liveness.failure_threshold
+            ),
+            ("/healthz", 9913, 5, 10, 2, 3)
+        );
+        assert_eq!(
+            (
+                t.readiness.path.as_str(),
+                t.readiness.port,
+                t.readiness.initial_delay.as_secs(),
+                t.readiness.period.as_secs(),
+                t.readiness.timeout.as_secs(),
+                t.readiness.failure_threshold
+            ),
+            ("/readyz", 9913, 0, 10, 2, 3)
+        );
+        assert_eq!(t.grace, 30);
+        assert!(
+            subst.served.iter().all(|(_, p)| p.is_dir()),
+            "DirectoryOrCreate made the served dirs"
+        );
+    }
+}
