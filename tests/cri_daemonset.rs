@@ -1023,6 +1023,28 @@ fn daemonset_as_shipped() {
         ag.prober.liveness_kills == 0 && ag.prober.results[0].0 > 0,
         format!("liveness ok/failed {:?}", ag.prober.results[0]),
     );
+    // The agent's own cost in its pod, against the requests the DaemonSet declares (32Mi, 50m).
+    let ws = kernel_memory(&n, &agent_cg);
+    let cpu_ns = n
+        .layout
+        .v1_controller("cpuacct")
+        .map(|h| {
+            read_trim(
+                &h.join(n.rel(&agent_cg.cgroup).trim_start_matches('/'))
+                    .join("cpuacct.usage"),
+            )
+        })
+        .and_then(|v| v.parse::<u64>().ok());
+    let alive = t_pod.elapsed();
+    eprintln!(
+        "base pod: agent working set {ws} bytes, CPU {cpu_ns:?} ns over {:.1} s",
+        alive.as_secs_f64()
+    );
+    ck.check(
+        "base pod: the agent's working set is below its 32 MiB request",
+        ws > 0 && ws < 32 * MIB,
+        format!("{ws} bytes"),
+    );
     ctd.stop_id(&ag.id, ag.t.grace);
     let st = ctd.status_of(&ag.id);
     ck.check(
