@@ -930,6 +930,7 @@ impl Drop for Containerd {
         self.kill_our_shims();
         self.unmount_all();
         let br = bridge_name();
+        // With `start_in`, the bridge is in that namespace and goes with it.
         if Path::new("/sys/class/net").join(&br).exists() {
             match Command::new("ip").args(["link", "del", &br]).status() {
                 Ok(st) if st.success() => {}
