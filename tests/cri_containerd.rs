@@ -15,12 +15,13 @@ mod cri;
 use common::agent::Checks;
 use common::snap::metrics_text;
 use common::{Container, TestNode};
-use cri::{Containerd, CriContainer, Spec, OTHER_SANDBOX_IMAGE, PAUSE_IMAGE};
+use cri::{
+    enable_conntrack, nsenter, Containerd, CriContainer, Spec, OTHER_SANDBOX_IMAGE, PAUSE_IMAGE,
+};
 use nodeguard::agent::Agent;
 use nodeguard::clock::SystemClock;
 use nodeguard::model::WorkloadId;
 use nodeguard::model::{Snapshot, WorkloadSignals};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -109,62 +110,6 @@ fn log_file(path: &std::path::Path) -> LogFile {
         }
     }
     f
-}
-
-fn nsenter(pid: u32, args: &[&str]) -> String {
-    let net = format!("--net=/proc/{pid}/ns/net");
-    let out = Command::new("nsenter")
-        .arg(&net)
-        .args(args)
-        .output()
-        .expect("spawn nsenter");
-    assert!(
-        out.status.success(),
-        "nsenter {net} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// IPv6 off (neighbour discovery would make entries), then a rule that needs conntrack, so the
-/// pod's namespace tracks its flows; UDP entries kept 10 min so none expires mid-test.
-fn enable_conntrack(pid: u32) {
-    for k in ["all", "default", "lo", "eth0"] {
-        nsenter(
-            pid,
-            &[
-                "sysctl",
-                "-q",
-                "-w",
-                &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-            ],
-        );
-    }
-    nsenter(pid, &["nft", "add", "table", "inet", "ngcri"]);
-    nsenter(
-        pid,
-        &[
-            "nft",
-            "add",
-            "chain",
-            "inet",
-            "ngcri",
-            "out",
-            "{ type filter hook output priority 0; }",
-        ],
-    );
-    nsenter(
-        pid,
-        &[
-            "nft", "add", "rule", "inet", "ngcri", "out", "ct", "state", "new", "counter",
-        ],
-    );
-    for t in [
-        "net.netfilter.nf_conntrack_udp_timeout=600",
-        "net.netfilter.nf_conntrack_udp_timeout_stream=600",
-    ] {
-        nsenter(pid, &["sysctl", "-q", "-w", t]);
-    }
 }
 
 fn agent(n: &TestNode) -> Agent {

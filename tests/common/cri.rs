@@ -121,6 +121,8 @@ pub struct Containerd {
     parent: String,
     /// Whether `/run/containerd` (where the shims put their sockets) was there before us.
     had_run_dir: bool,
+    /// The network namespace containerd runs in (its "node" network), if not the test's own.
+    netns: Option<PathBuf>,
     pub started_in: Duration,
 }
 
@@ -128,6 +130,13 @@ impl Containerd {
     /// Starts containerd with `sandbox_image`, waits for its CRI service, builds and imports the
     /// images.
     pub fn start(node: &TestNode, sandbox_image: &str) -> Containerd {
+        Containerd::start_in(node, sandbox_image, None)
+    }
+
+    /// `start`, with containerd (and so its shims and every `hostNetwork` pod) in the network
+    /// namespace `netns` (a `/run/netns/<name>` the test made): a host-network pod then binds
+    /// its ports there, never on the real node.
+    pub fn start_in(node: &TestNode, sandbox_image: &str, netns: Option<PathBuf>) -> Containerd {
         let t0 = Instant::now();
         let dir = tempfile::Builder::new()
             .prefix("ngcri-")
@@ -138,7 +147,7 @@ impl Containerd {
             .build()
             .expect("tokio runtime");
         let had_run_dir = Path::new(SHIM_RUN_DIR).exists();
-        let (child, rs) = launch(dir.path(), &rt, sandbox_image);
+        let (child, rs) = launch(dir.path(), &rt, sandbox_image, netns.as_deref());
         let mut c = Containerd {
             dir,
             child: Some(child),
@@ -146,6 +155,7 @@ impl Containerd {
             rs,
             parent: node.name.clone(),
             had_run_dir,
+            netns,
             started_in: Duration::ZERO,
         };
         c.import_images();
@@ -157,7 +167,12 @@ impl Containerd {
     /// starts it again on the same root and state with another sandbox image.
     pub fn restart(&mut self, sandbox_image: &str) {
         self.stop_daemon();
-        let (child, rs) = launch(self.dir.path(), &self.rt, sandbox_image);
+        let (child, rs) = launch(
+            self.dir.path(),
+            &self.rt,
+            sandbox_image,
+            self.netns.as_deref(),
+        );
         self.child = Some(child);
         self.rs = rs;
     }
@@ -371,6 +386,141 @@ impl Containerd {
             log,
             link,
         }
+    }
+
+    /// Imports an OCI archive (every platform of its index) into this containerd's `k8s.io`
+    /// namespace, as `import_images` does, and waits (bounded) until the CRI sees `image`; the
+    /// image's id (what the kubelet passes to CreateContainer after its `IfNotPresent` check).
+    pub fn import_archive(&self, tar: &Path, image: &str) -> String {
+        let sock = self.socket();
+        let out = Command::new("ctr")
+            .args(["--address", &sock.display().to_string(), "-n", "k8s.io"])
+            .args(["images", "import", "--all-platforms"])
+            .arg(tar)
+            .output()
+            .expect("spawn ctr");
+        assert!(
+            out.status.success(),
+            "ctr images import {}: {}{}",
+            tar.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let deadline = Instant::now() + CALL_TIMEOUT;
+        loop {
+            if let Some(img) = self.image_status(image) {
+                return img.id;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "CRI never saw image {image} after importing {}: {}",
+                tar.display(),
+                String::from_utf8_lossy(&out.stdout)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// ImageStatus: the image if this containerd has it (the kubelet's `IfNotPresent` check).
+    pub fn image_status(&self, image: &str) -> Option<cri::Image> {
+        let mut is = ImageServiceClient::new(self.rs_channel());
+        self.call(
+            "ImageStatus",
+            is.image_status(cri::ImageStatusRequest {
+                image: Some(cri::ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            }),
+        )
+        .image
+    }
+
+    /// RunPodSandbox with a config the caller built (a translated pod spec); the sandbox id.
+    pub fn run_sandbox(&self, config: &cri::PodSandboxConfig) -> String {
+        self.call(
+            "RunPodSandbox",
+            self.rs.clone().run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: String::new(),
+            }),
+        )
+        .pod_sandbox_id
+    }
+
+    /// CreateContainer then StartContainer with a config the caller built; the container id.
+    pub fn create_and_start(
+        &self,
+        sandbox: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> String {
+        let id = self
+            .call(
+                "CreateContainer",
+                self.rs
+                    .clone()
+                    .create_container(cri::CreateContainerRequest {
+                        pod_sandbox_id: sandbox.into(),
+                        config: Some(config),
+                        sandbox_config: Some(sandbox_config.clone()),
+                    }),
+            )
+            .container_id;
+        self.call(
+            "StartContainer",
+            self.rs.clone().start_container(cri::StartContainerRequest {
+                container_id: id.clone(),
+            }),
+        );
+        id
+    }
+
+    /// ContainerStatus by id.
+    pub fn status_of(&self, id: &str) -> cri::ContainerStatus {
+        self.call(
+            "ContainerStatus",
+            self.rs
+                .clone()
+                .container_status(cri::ContainerStatusRequest {
+                    container_id: id.into(),
+                    verbose: false,
+                }),
+        )
+        .status
+        .expect("container status")
+    }
+
+    /// StopContainer by id with the kubelet's grace period (seconds); blocks until it returns.
+    pub fn stop_id(&self, id: &str, grace: i64) {
+        self.call(
+            "StopContainer",
+            self.rs.clone().stop_container(cri::StopContainerRequest {
+                container_id: id.into(),
+                timeout: grace,
+            }),
+        );
+    }
+
+    /// StopPodSandbox then RemovePodSandbox (its containers go with it).
+    pub fn remove_sandbox(&self, id: &str) {
+        self.call(
+            "StopPodSandbox",
+            self.rs
+                .clone()
+                .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                    pod_sandbox_id: id.into(),
+                }),
+        );
+        self.call(
+            "RemovePodSandbox",
+            self.rs
+                .clone()
+                .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                    pod_sandbox_id: id.into(),
+                }),
+        );
     }
 
     pub fn status(&self, c: &CriContainer) -> cri::ContainerStatus {
@@ -780,6 +930,7 @@ impl Drop for Containerd {
         self.kill_our_shims();
         self.unmount_all();
         let br = bridge_name();
+        // With `start_in`, the bridge is in that namespace and goes with it.
         if Path::new("/sys/class/net").join(&br).exists() {
             match Command::new("ip").args(["link", "del", &br]).status() {
                 Ok(st) if st.success() => {}
@@ -824,9 +975,9 @@ impl ProbeResult {
 
 /// One HTTP GET as the kubelet's prober sends it, from the network namespace `netns`, on its
 /// own thread (setns changes only that thread), bounded by `timeout` as a whole.
-fn http_probe_while(
+pub fn http_probe_while(
     netns: &Path,
-    port: u16,
+    addr: std::net::SocketAddr,
     path: &str,
     timeout: Duration,
     mut during: impl FnMut(),
@@ -853,10 +1004,9 @@ fn http_probe_while(
             );
             (t, e.to_string())
         };
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
         let mut s = std::net::TcpStream::connect_timeout(&addr, left()).map_err(timed_out)?;
         s.set_write_timeout(Some(left())).map_err(timed_out)?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: kube-probe/1.30\r\nConnection: close\r\n\r\n")
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.30\r\nConnection: close\r\n\r\n")
             .map_err(timed_out)?;
         let mut head = Vec::new();
         let mut buf = [0u8; 256];
@@ -890,6 +1040,10 @@ fn http_probe_while(
         Err(_) => panic!("HTTP probe thread panicked"),
     };
     (r, t0.elapsed())
+}
+
+fn loopback(port: u16) -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 /// A container's exec liveness probe and its restart (policy Always), as a pod spec gives them.
@@ -1026,9 +1180,13 @@ impl Kubelet {
                 Probe::Exec(cmd) => {
                     ctd.probe_while(&self.current, cmd, self.liveness.timeout, &mut during)
                 }
-                Probe::Http { port, path } => {
-                    http_probe_while(&self.netns, *port, path, self.liveness.timeout, &mut during)
-                }
+                Probe::Http { port, path } => http_probe_while(
+                    &self.netns,
+                    loopback(*port),
+                    path,
+                    self.liveness.timeout,
+                    &mut during,
+                ),
             };
             match &result {
                 ProbeResult::Success => self.failures = 0,
@@ -1061,7 +1219,14 @@ impl Kubelet {
                     .0
             }
             Probe::Http { port, path } => {
-                http_probe_while(&self.netns, *port, path, self.liveness.timeout, || {}).0
+                http_probe_while(
+                    &self.netns,
+                    loopback(*port),
+                    path,
+                    self.liveness.timeout,
+                    || {},
+                )
+                .0
             }
         }
     }
@@ -1139,6 +1304,63 @@ fn namespaces() -> cri::NamespaceOption {
     }
 }
 
+/// Runs `args` in the network namespace of `pid` (nsenter); its stdout, or a panic.
+pub fn nsenter(pid: u32, args: &[&str]) -> String {
+    let net = format!("--net=/proc/{pid}/ns/net");
+    let out = Command::new("nsenter")
+        .arg(&net)
+        .args(args)
+        .output()
+        .expect("spawn nsenter");
+    assert!(
+        out.status.success(),
+        "nsenter {net} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// IPv6 off (neighbour discovery would make entries), then a rule that needs conntrack, so the
+/// pod's namespace tracks its flows; UDP entries kept 10 min so none expires mid-test.
+pub fn enable_conntrack(pid: u32) {
+    for k in ["all", "default", "lo", "eth0"] {
+        nsenter(
+            pid,
+            &[
+                "sysctl",
+                "-q",
+                "-w",
+                &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
+            ],
+        );
+    }
+    nsenter(pid, &["nft", "add", "table", "inet", "ngcri"]);
+    nsenter(
+        pid,
+        &[
+            "nft",
+            "add",
+            "chain",
+            "inet",
+            "ngcri",
+            "out",
+            "{ type filter hook output priority 0; }",
+        ],
+    );
+    nsenter(
+        pid,
+        &[
+            "nft", "add", "rule", "inet", "ngcri", "out", "ct", "state", "new", "counter",
+        ],
+    );
+    for t in [
+        "net.netfilter.nf_conntrack_udp_timeout=600",
+        "net.netfilter.nf_conntrack_udp_timeout_stream=600",
+    ] {
+        nsenter(pid, &["sysctl", "-q", "-w", t]);
+    }
+}
+
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
@@ -1150,6 +1372,7 @@ fn launch(
     dir: &Path,
     rt: &tokio::runtime::Runtime,
     sandbox_image: &str,
+    netns: Option<&Path>,
 ) -> (Child, RuntimeServiceClient<Channel>) {
     let cni = dir.join("cni");
     std::fs::create_dir_all(&cni).expect("cni dir");
@@ -1221,15 +1444,27 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     let err = log.try_clone().expect("log fd");
     // NGCRI_LOG_LEVEL=debug puts runc's and the shims' messages in the log too.
     let level = std::env::var("NGCRI_LOG_LEVEL").unwrap_or_else(|_| "info".into());
-    let child = Command::new("containerd")
-        .arg("--config")
+    let mut cmd = Command::new("containerd");
+    cmd.arg("--config")
         .arg(&cfg)
         .args(["--log-level", &level])
         .stdin(Stdio::null())
         .stdout(log)
-        .stderr(err)
-        .spawn()
-        .expect("spawn containerd");
+        .stderr(err);
+    if let Some(ns) = netns {
+        // Only the network namespace changes (not the mounts, as `ip netns exec` would: its
+        // fresh /sys has no cgroup mounts for runc).
+        let f = std::fs::File::open(ns).unwrap_or_else(|e| panic!("{}: {e}", ns.display()));
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setns on an fd opened before the fork is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(std::io::Error::from)
+            });
+        }
+    }
+    let child = cmd.spawn().expect("spawn containerd");
     // Until it is handed over, a panic here (it exits, never answers) still stops it.
     let mut guard = KillOnDrop(Some(child));
     let sock = dir.join("containerd.sock");
