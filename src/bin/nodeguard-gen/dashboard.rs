@@ -311,7 +311,7 @@ fn rows() -> Vec<Row> {
                     .q("rate(nodeguard_http_connections_evicted_total{@N}[$__rate_interval])", "evicted/s {{node}}")
                     .q("rate(nodeguard_http_responses_cut_total{@N}[$__rate_interval])", "cut/s {{node}}"),
                 panel("HTTP bodies", Timeseries, "bytes", 8)
-                    .desc("Rendered /metrics and /api/state bodies alive, shared by their readers (at most about 2 x (http.response_generations + 1) bodies).")
+                    .desc("Rendered /metrics and /api/state bodies alive, shared by their readers (at most about 2 x (http.response_generations + 1) bodies with one /metrics format scraped, 3 x with both).")
                     .q("nodeguard_http_response_bodies_bytes{@N}", "{{node}}"),
                 panel("Discovery", Timeseries, "short", 8)
                     .desc("Names that are not UTF-8, and cgroups not walked (too deep or path too long).")
