@@ -96,6 +96,8 @@ const MAX_ATTEMPTS: u32 = 8;
 const KEEP_ALIVE_RESENDS: u32 = 4;
 /// The most a token file or an HTTP response head may be: both are read whole.
 const MAX_TOKEN: u64 = 4096;
+/// A CA bundle larger than this is refused (Debian's whole ca-certificates.crt is about 220 KB).
+const MAX_CA_BYTES: u64 = 4 << 20;
 
 impl Notifier {
     pub fn new(cfg: Webhook) -> Notifier {
@@ -290,11 +292,9 @@ pub fn backoff(attempt: u32, jitter: f64) -> Duration {
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum WebhookError {
-    #[error("{}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// The CA bundle or the token file: opened non-blocking, regular files only, bounded.
+    #[error(transparent)]
+    Read(#[from] crate::fsio::RegularFileError),
     #[error("{}: {source}", path.display())]
     Pem {
         path: PathBuf,
@@ -330,10 +330,7 @@ struct Worker {
 /// The CA bundle as a root store: `ca_file`, or the system's.
 fn roots(ca_file: Option<&Path>) -> Result<rustls::RootCertStore, WebhookError> {
     let path = ca_file.unwrap_or(Path::new(SYSTEM_CA_FILE)).to_path_buf();
-    let text = std::fs::read(&path).map_err(|source| WebhookError::Read {
-        path: path.clone(),
-        source,
-    })?;
+    let text = crate::fsio::read_regular(&path, MAX_CA_BYTES, crate::fsio::Reader::Config)?;
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&text)
         .collect::<Result<_, _>>()
         .map_err(|source| WebhookError::Pem {
@@ -590,13 +587,7 @@ impl Worker {
         let Some(path) = &self.cfg.bearer_token_file else {
             return Ok(None);
         };
-        let mut text = String::new();
-        std::fs::File::open(path)
-            .and_then(|f| f.take(MAX_TOKEN).read_to_string(&mut text))
-            .map_err(|source| WebhookError::Read {
-                path: path.clone(),
-                source,
-            })?;
+        let text = crate::fsio::read_regular_text(path, MAX_TOKEN, crate::fsio::Reader::Config)?;
         // A token is one printable line: nothing in it may start a new header.
         Ok(Some(
             text.trim().chars().filter(|c| !c.is_control()).collect(),
