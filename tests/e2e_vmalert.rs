@@ -465,7 +465,7 @@ fn offender(n: &mut TestNode) -> Offender {
     }
 }
 
-fn agent_config(n: &TestNode, addr: SocketAddr) -> String {
+fn agent_config(n: &TestNode, addr: SocketAddr, hook: SocketAddr) -> String {
     let extra = format!(
         "  host_workloads: false
 node_name: e2e-node
@@ -483,6 +483,8 @@ samplers:
 guard:
   dry_run: false
   state_file: {}
+  # The breaker's alerts go to a stand-in of their own: the dashboard's webhook panel has series.
+  webhook_url: http://{hook}/api/v2/alerts
   rules:
     - name: log-flood
       signal: log_lines_per_minute
@@ -497,7 +499,7 @@ guard:
       for: 1h
       action: report
 ",
-        n.state_file().display()
+        n.state_file().display(),
     );
     n.config_yaml(&extra)
         .replace("listen: 127.0.0.1:0\n", &format!("listen: {addr}\n"))
@@ -563,8 +565,9 @@ fn shipped_rules_fire_for_the_offender_only_and_every_dashboard_panel_has_data()
     let dir = n.dir.path().to_path_buf();
     std::fs::create_dir_all(dir.join("state")).expect("state dir");
     let (aaddr, vmaddr, vaaddr) = (free_addr(), free_addr(), free_addr());
+    let (hook, hook_posts) = notification_sink();
     let config = dir.join("agent.yaml");
-    std::fs::write(&config, agent_config(&n, aaddr)).expect("agent config");
+    std::fs::write(&config, agent_config(&n, aaddr, hook)).expect("agent config");
     let mut agent = AgentProc::start(&config, aaddr, dir.join("agent.log"));
     agent.thaw_on_drop(vec![n.thaw_file(&o.api)]);
     let scrape = dir.join("scrape.yaml");
@@ -725,6 +728,11 @@ fn shipped_rules_fire_for_the_offender_only_and_every_dashboard_panel_has_data()
         .filter(|n| !fired.iter().any(|(a, _)| a == n))
         .collect();
     println!("silent: {silent:?}");
+    let hooked = hook_posts.load(Ordering::SeqCst);
+    println!("breaker alerts POSTed by the agent's webhook: {hooked}");
+    if hooked == 0 {
+        fail.push("the agent's webhook sent no breaker alert".into());
+    }
     let notes = notifications.load(Ordering::SeqCst);
     println!("notifications received by the Alertmanager stand-in: {notes}");
     if notes == 0 {
