@@ -577,7 +577,9 @@ fn daemonset_as_shipped() {
                 n.state_file().parent().expect("state dir").to_path_buf(),
             ),
         ],
-        real: vec!["/sys/fs/cgroup".into()],
+        // The kmsg component's /dev/kmsg is the host's, read-only: reading the kernel log
+        // changes nothing on the host.
+        real: vec!["/sys/fs/cgroup".into(), "/dev/kmsg".into()],
     };
     let scope = format!("--set=discovery.scopes=[\"{}\"]", n.rel(""));
     let netns_path = netns.path();
@@ -1112,6 +1114,45 @@ fn daemonset_as_shipped() {
             avail(&m),
             avail(&host_m)
         ),
+    );
+    ctd.stop_id(&ag.id, ag.t.grace);
+    ctd.remove_sandbox(&ag.pod.id);
+
+    // === base + kmsg: /dev/kmsg read through the device cgroup (privileged) ===
+    let kmsg = podspec::render(repo, &["kmsg"], &work);
+    let mut ag = run_agent_pod(
+        &mut ctd,
+        &mut n,
+        &stage,
+        &kmsg,
+        "nodeguard-kmsg",
+        std::slice::from_ref(&scope),
+    );
+    let ready = ag.prober.until(|p| p.ready);
+    // Two ticks after ready: the kernel-log pass has run at least twice.
+    ag.prober.wait(Duration::from_secs(10));
+    let m = ag
+        .scrape("/metrics")
+        .map(|(_, b)| parse(&b))
+        .unwrap_or_default();
+    let find = |name: &str, k: &str, v: &str| {
+        m.iter()
+            .find(|s| s.name == name && s.label(k) == Some(v))
+            .map(|s| s.value)
+    };
+    let feature = find("nodeguard_feature_available", "feature", "oom_kmsg");
+    let fresh = find("nodeguard_sampler_fresh", "sampler", "kmsg");
+    let errors: f64 = m
+        .iter()
+        .filter(|s| {
+            s.name == "nodeguard_sampler_errors_total" && s.label("sampler") == Some("kmsg")
+        })
+        .map(|s| s.value)
+        .sum();
+    ck.check(
+        "kmsg pod: ready; oom_kmsg available, the kmsg sampler fresh with no error (privileged opens /dev/kmsg past the device cgroup)",
+        ready && feature == Some(1.0) && fresh == Some(1.0) && errors == 0.0,
+        format!("ready {ready}, feature {feature:?}, fresh {fresh:?}, errors {errors}"),
     );
     ctd.stop_id(&ag.id, ag.t.grace);
     ctd.remove_sandbox(&ag.pod.id);

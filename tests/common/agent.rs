@@ -325,8 +325,6 @@ impl Drop for AgentProc {
     }
 }
 
-/// A GET over a fresh loopback connection, bounded: 2 s to connect, 5 s per read or write.
-/// The one HTTP client of the tests (`addr`: a `SocketAddr` or `"127.0.0.1:port"`).
 /// Runs `nodeguard ARGS --config CONFIG` (a CLI command); its exit code and stdout + stderr.
 pub fn cli(config: &Path, args: &[&str]) -> (i32, String) {
     let out = std::process::Command::new(BIN)
@@ -345,6 +343,9 @@ pub fn cli(config: &Path, args: &[&str]) -> (i32, String) {
     )
 }
 
+/// A GET over a fresh loopback connection, bounded: 2 s to connect, 5 s per read or write.
+/// The one HTTP client of the tests (`addr`: a `SocketAddr` or `"127.0.0.1:port"`).
+/// No `Accept`: the agent answers with text 0.0.4, as to curl.
 pub fn http_get(addr: impl std::net::ToSocketAddrs, path: &str) -> Option<(u16, String)> {
     http_get_as(addr, path, None).map(|(status, _, body)| (status, body))
 }

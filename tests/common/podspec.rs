@@ -725,7 +725,13 @@ pub fn get_in(netns: &Path, addr: std::net::SocketAddr, path: &str) -> Option<(u
     std::thread::spawn(move || {
         let f = std::fs::File::open(&netns).ok()?;
         nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).ok()?;
-        crate::common::agent::http_get(addr, &path)
+        // Prometheus's own Accept: the agent answers it with OpenMetrics, as a scrape gets.
+        crate::common::agent::http_get_as(
+            addr,
+            &path,
+            Some(crate::common::agent::ACCEPT_PROMETHEUS),
+        )
+        .map(|(status, _, body)| (status, body))
     })
     .join()
     .ok()
