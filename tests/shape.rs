@@ -24,12 +24,12 @@ use syn::{Attribute, Expr, ImplItem, Item, Meta, Token, TraitItem, UseTree, Visi
 const LONG_FN_LINES: usize = 80;
 
 // Ceilings: today's counts. Lower one when a change brings its count down (the test says so).
+// Not held: the pub(crate)/pub(super) count (narrowing `pub` raises it, as intended) and the
+// number of files under src/sample/ (a sampler is a folder of several).
 
 /// Production items of `src/` whose visibility is exactly `pub` (fns, methods, assoc consts,
 /// types, traits, consts, statics, mods, each name a `pub use` re-exports).
 const MAX_PUB_ITEMS: usize = 1123;
-/// Production items of `src/` that are `pub(crate)`, `pub(super)`, `pub(in ..)` or `pub(self)`.
-const MAX_PUB_RESTRICTED: usize = 153;
 /// Named fields of production structs of `src/` that are exactly `pub`.
 const MAX_PUB_FIELDS: usize = 835;
 /// Production functions and methods of `src/` of `LONG_FN_LINES` lines or more.
@@ -42,8 +42,6 @@ const MAX_FIXTURE_LITERALS: usize = 14;
 /// Files of test code that make a temp dir themselves (`tempfile::tempdir`, `TempDir::new`,
 /// `Builder::new().tempdir()`).
 const MAX_TEMPDIR_FILES: usize = 31;
-/// `.rs` files under `src/sample/`, test files included.
-const MAX_SAMPLE_FILES: usize = 35;
 /// Production `pub` items under `src/sample/`.
 const MAX_SAMPLE_PUB_ITEMS: usize = 296;
 
@@ -1139,20 +1137,13 @@ fn check(s: &Shape) -> Vec<String> {
         new_dup_names.join("; ")
     };
     // (ceiling, count, its value, what grew and what to do)
-    let checks: [(&str, usize, usize, String); 9] = [
+    let checks: [(&str, usize, usize, String); 7] = [
         (
             "MAX_PUB_ITEMS",
             c.pub_items,
             MAX_PUB_ITEMS,
             "more `pub` items (per module in section 1): make the new ones pub(crate) or \
              private unless another module needs them"
-                .into(),
-        ),
-        (
-            "MAX_PUB_RESTRICTED",
-            c.pub_restricted,
-            MAX_PUB_RESTRICTED,
-            "more pub(crate)/pub(super)/pub(in) items: private, unless another module needs them"
                 .into(),
         ),
         (
@@ -1195,12 +1186,6 @@ fn check(s: &Shape) -> Vec<String> {
             MAX_TEMPDIR_FILES,
             "another file makes temp dirs itself (section 4): take them from a shared fixture"
                 .into(),
-        ),
-        (
-            "MAX_SAMPLE_FILES",
-            c.sample_files,
-            MAX_SAMPLE_FILES,
-            "more files under src/sample/".into(),
         ),
         (
             "MAX_SAMPLE_PUB_ITEMS",
